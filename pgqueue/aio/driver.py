@@ -1,0 +1,187 @@
+"""The async driver seam: how `AsyncQueue` reaches PostgreSQL on each event loop.
+
+* On asyncio, psycopg's own `AsyncConnectionPool` (`NativeDriver`).
+* On trio (and on asyncio when the caller hands over a sync pool), psycopg's
+  sync pool driven from worker threads with `anyio.to_thread.run_sync`
+  (`ThreadDriver`). psycopg's async connections wait with asyncio's
+  primitives and do not run under trio; worker threads need no patching.
+
+Either way the driver runs the core's plans unchanged: the only code here
+is "perform a step, await the result".
+"""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import AsyncExitStack
+from typing import Any, Protocol, TypeVar
+
+import anyio
+import anyio.to_thread
+import psycopg
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+from ..core.ops import Copy, Operation, Rows, Step
+from ..sync import driver as sync_driver
+
+__all__ = ["CallerConnection", "Driver", "PoolTarget", "make_driver"]
+
+T = TypeVar("T")
+CallerConnection = psycopg.AsyncConnection[Any] | psycopg.Connection[Any]
+"""What `conn=` accepts on the async API: a psycopg `AsyncConnection` on
+asyncio; on any event loop a sync `psycopg.Connection`, used from a worker thread."""
+
+PoolTarget = str | AsyncConnectionPool | ConnectionPool
+"""What `AsyncQueue` connects with: a DSN, or a pool the caller manages."""
+
+
+def on_asyncio() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+async def perform(conn: psycopg.AsyncConnection[Any], step: Step) -> Rows:
+    async with conn.cursor() as cur:
+        if isinstance(step, Copy):
+            async with cur.copy(step.query) as copy:
+                for row in step.rows:
+                    await copy.write_row(row)
+            return []
+        await cur.execute(step.query, step.params)
+        return await cur.fetchall() if cur.description is not None else []
+
+
+async def run_on(conn: CallerConnection, op: Operation[T]) -> T:
+    if isinstance(conn, psycopg.Connection):
+        return await anyio.to_thread.run_sync(sync_driver.run_on, conn, op)
+    if not isinstance(conn, psycopg.AsyncConnection):
+        raise TypeError(
+            "conn must be a psycopg.AsyncConnection (asyncio) or a psycopg.Connection, "
+            f"not {type(conn).__name__}"
+        )
+    if not on_asyncio():
+        raise TypeError(
+            "a psycopg.AsyncConnection only works on asyncio; pass a psycopg.Connection"
+        )
+    async with AsyncExitStack() as stack:
+        if op.atomic:
+            await stack.enter_async_context(conn.transaction())
+        plan = op.plan
+        try:
+            step = next(plan)
+            while True:
+                step = plan.send(await perform(conn, step))
+        except StopIteration as done:
+            result: T = done.value
+            return result
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+class Impl(Protocol):
+    async def open(self) -> None: ...
+    async def run(self, op: Operation[T], conn: CallerConnection | None) -> T: ...
+    async def close(self) -> None: ...
+
+
+class NativeDriver:
+    """psycopg's async pool; asyncio only."""
+
+    def __init__(self, pool: AsyncConnectionPool, *, owned: bool) -> None:
+        self.pool = pool
+        self.owned = owned
+
+    async def open(self) -> None:
+        if not on_asyncio():
+            raise RuntimeError(
+                "a psycopg_pool.AsyncConnectionPool only works on asyncio; on trio give "
+                "AsyncQueue a DSN or a psycopg_pool.ConnectionPool"
+            )
+        if self.owned:
+            await self.pool.open(wait=True)
+
+    async def run(self, op: Operation[T], conn: CallerConnection | None) -> T:
+        if conn is not None:
+            return await run_on(conn, op)
+        async with self.pool.connection() as pooled:
+            return await run_on(pooled, op)
+
+    async def close(self) -> None:
+        if self.owned:
+            await self.pool.close()
+
+
+class ThreadDriver:
+    """psycopg's sync pool from worker threads; any anyio backend."""
+
+    def __init__(self, sync: sync_driver.Driver) -> None:
+        self.sync = sync
+
+    async def open(self) -> None:
+        await anyio.to_thread.run_sync(self.sync.open)
+
+    async def run(self, op: Operation[T], conn: CallerConnection | None) -> T:
+        if conn is not None:
+            return await run_on(conn, op)
+        return await anyio.to_thread.run_sync(self.sync.run, op)
+
+    async def close(self) -> None:
+        await anyio.to_thread.run_sync(self.sync.close)
+
+
+class Driver:
+    """Chooses its implementation when first used, from the running event loop."""
+
+    def __init__(self, target: PoolTarget, *, max_size: int) -> None:
+        if not isinstance(target, (str, AsyncConnectionPool, ConnectionPool)):
+            raise TypeError(
+                "expected a DSN str, a psycopg_pool.AsyncConnectionPool or a "
+                f"psycopg_pool.ConnectionPool, not {type(target).__name__}"
+            )
+        self._target = target
+        self._max_size = max_size
+        self._impl: Impl | None = None
+        self._lock = anyio.Lock()
+
+    def _choose(self) -> Impl:
+        target = self._target
+        if isinstance(target, AsyncConnectionPool):
+            return NativeDriver(target, owned=False)
+        if isinstance(target, ConnectionPool):
+            return ThreadDriver(sync_driver.Driver(target, owned=False))
+        if on_asyncio():
+            pool = AsyncConnectionPool(
+                target,
+                min_size=1,
+                max_size=self._max_size,
+                kwargs={"autocommit": True},
+                check=AsyncConnectionPool.check_connection,
+                open=False,
+                name="pgqueue",
+            )
+            return NativeDriver(pool, owned=True)
+        return ThreadDriver(sync_driver.make_driver(target, max_size=self._max_size))
+
+    async def open(self) -> Impl:
+        async with self._lock:
+            if self._impl is None:
+                impl = self._choose()
+                await impl.open()
+                self._impl = impl
+            return self._impl
+
+    async def run(self, op: Operation[T], conn: CallerConnection | None = None) -> T:
+        impl = self._impl if self._impl is not None else await self.open()
+        return await impl.run(op, conn)
+
+    async def close(self) -> None:
+        async with self._lock:
+            if self._impl is not None:
+                await self._impl.close()
+                self._impl = None
+
+
+def make_driver(target: PoolTarget, *, max_size: int) -> Driver:
+    return Driver(target, max_size=max_size)

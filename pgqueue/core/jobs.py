@@ -1,0 +1,279 @@
+"""Jobs as values, and the validation of everything a user hands to the queue.
+
+Nothing here touches a database: a bad argument is refused before any
+connection is taken, so nothing is ever half-written.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+import re
+import socket
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+__all__ = [
+    "Job",
+    "JobNotRunning",
+    "JobSpec",
+    "JobStatus",
+    "Stats",
+    "ValidatedSpec",
+    "validate_kind",
+    "validate_kinds",
+    "validate_spec",
+    "validate_table_name",
+]
+
+MAX_KIND_LENGTH = 255
+# Index names are "<table>_ready" and so on; PostgreSQL truncates identifiers at 63 bytes.
+MAX_TABLE_NAME_LENGTH = 48
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+class JobStatus(str, enum.Enum):
+    """The status a job row has in the table. A succeeded job has no row at all."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    DEAD = "dead"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One job as read from the table; what a handler receives."""
+
+    id: int
+    kind: str
+    payload: Any
+    attempts: int
+    max_attempts: int
+    status: JobStatus
+    run_at: datetime
+    last_error: str | None
+    locked_by: str | None
+    locked_at: datetime | None
+    created_at: datetime
+
+    @classmethod
+    def from_row(cls, row: tuple[Any, ...]) -> Job:
+        """Build a job from a row in the order of `pgqueue.core.sql.JOB_COLUMNS`."""
+        (id_, kind, payload, attempts, max_attempts, status, run_at, last_error, locked_by,
+         locked_at, created_at) = row  # fmt: skip
+        return cls(
+            id=id_,
+            kind=kind,
+            payload=payload,
+            attempts=attempts,
+            max_attempts=max_attempts,
+            status=JobStatus(status),
+            run_at=run_at,
+            last_error=last_error,
+            locked_by=locked_by,
+            locked_at=locked_at,
+            created_at=created_at,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """A job to enqueue, for `enqueue_many`.
+
+    >>> JobSpec("send_receipt", {"order_id": 7}, delay=timedelta(minutes=5))
+    JobSpec(kind='send_receipt', payload={'order_id': 7}, run_at=None, delay=datetime.timedelta(seconds=300), max_attempts=3)
+    """  # noqa: E501
+
+    kind: str
+    payload: Any = None
+    run_at: datetime | None = None
+    delay: timedelta | None = None
+    max_attempts: int = 3
+
+
+@dataclass(frozen=True, slots=True)
+class ValidatedSpec:
+    """A job that passed validation, with its payload already encoded as JSON text."""
+
+    kind: str
+    payload_json: str
+    run_at: datetime | None
+    delay: timedelta
+    max_attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    """What `stats()` reports: counts by status and by kind, and the oldest wait."""
+
+    by_status: dict[JobStatus, int]
+    by_kind: dict[str, dict[JobStatus, int]] = field(default_factory=dict)
+    oldest_pending_age: timedelta | None = None
+    """How long the oldest job that is ready to run has been waiting, or None."""
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_status.values())
+
+
+class JobNotRunning(Exception):
+    """The job is no longer running under the claim given: its outcome was not recorded.
+
+    This happens when a lease expired and the job was reaped (and maybe
+    claimed again) before the outcome arrived.
+    """
+
+
+def default_worker_name() -> str:
+    """``host:pid``, the name a claim records in ``locked_by`` unless told otherwise."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+SpecLike = JobSpec | tuple[str, Any]
+
+
+def validate_kind(kind: object) -> str:
+    if not isinstance(kind, str):
+        raise TypeError(f"job kind must be a str, not {type(kind).__name__}")
+    if not kind.strip():
+        raise ValueError("job kind must not be empty")
+    if "\x00" in kind:
+        raise ValueError("job kind must not contain NUL characters")
+    if len(kind) > MAX_KIND_LENGTH:
+        raise ValueError(f"job kind is longer than {MAX_KIND_LENGTH} characters")
+    return kind
+
+
+def validate_kinds(kinds: Iterable[str] | None) -> list[str] | None:
+    """Validate a worker's or claim's `kinds=` filter; None means every kind."""
+    if kinds is None:
+        return None
+    if isinstance(kinds, str):
+        raise TypeError("kinds must be a collection of str, not a single str")
+    checked = [validate_kind(k) for k in kinds]
+    if not checked:
+        raise ValueError("kinds must name at least one kind (or be None for all kinds)")
+    return checked
+
+
+def encode_payload(payload: Any) -> str:
+    """Encode a payload as JSON text, refusing what PostgreSQL's jsonb would refuse."""
+    try:
+        text = json.dumps(payload, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise TypeError(f"job payload is not JSON-serialisable: {exc}") from exc
+    if "\\u0000" in text:
+        raise ValueError("job payload must not contain NUL characters (jsonb cannot store them)")
+    return text
+
+
+def validate_spec(
+    kind: object,
+    payload: Any = None,
+    *,
+    run_at: datetime | None = None,
+    delay: timedelta | None = None,
+    max_attempts: int = 3,
+) -> ValidatedSpec:
+    """Check one job's arguments; raise TypeError or ValueError on the first bad one."""
+    kind = validate_kind(kind)
+    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int):
+        raise TypeError(f"max_attempts must be an int, not {type(max_attempts).__name__}")
+    if not 1 <= max_attempts <= 2**31 - 1:
+        raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
+    if run_at is not None and delay is not None:
+        raise ValueError("give run_at or delay, not both")
+    if run_at is not None:
+        if not isinstance(run_at, datetime):
+            raise TypeError(f"run_at must be a datetime, not {type(run_at).__name__}")
+        if run_at.tzinfo is None or run_at.utcoffset() is None:
+            raise ValueError("run_at must be timezone-aware (a naive datetime is ambiguous)")
+    if delay is None:
+        delay = timedelta(0)
+    elif not isinstance(delay, timedelta):
+        raise TypeError(f"delay must be a timedelta, not {type(delay).__name__}")
+    elif delay < timedelta(0):
+        raise ValueError(f"delay must not be negative, got {delay}")
+    return ValidatedSpec(kind, encode_payload(payload), run_at, delay, max_attempts)
+
+
+def validate_specs(specs: Iterable[SpecLike]) -> list[ValidatedSpec]:
+    """Validate every spec of a batch before anything is written."""
+    checked: list[ValidatedSpec] = []
+    for spec in specs:
+        if isinstance(spec, JobSpec):
+            checked.append(
+                validate_spec(
+                    spec.kind,
+                    spec.payload,
+                    run_at=spec.run_at,
+                    delay=spec.delay,
+                    max_attempts=spec.max_attempts,
+                )
+            )
+        elif isinstance(spec, tuple) and len(spec) == 2:
+            checked.append(validate_spec(spec[0], spec[1]))
+        else:
+            raise TypeError(f"expected a JobSpec or a (kind, payload) tuple, got {spec!r:.80}")
+    return checked
+
+
+def validate_table_name(table: object) -> tuple[str, ...]:
+    """Split `table` or `schema.table` into its parts, refusing anything unsafe."""
+    if not isinstance(table, str):
+        raise TypeError(f"table name must be a str, not {type(table).__name__}")
+    parts = tuple(table.split("."))
+    if len(parts) > 2 or not all(_IDENTIFIER.match(p) for p in parts):
+        raise ValueError(
+            f"unsafe table name {table!r}: use letters, digits and underscores, "
+            "optionally as schema.table"
+        )
+    if len(parts[-1]) > MAX_TABLE_NAME_LENGTH or len(parts[0]) > 63:
+        raise ValueError(f"table name {table!r} is too long (at most {MAX_TABLE_NAME_LENGTH})")
+    return parts
+
+
+def validate_limit(limit: object) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise TypeError(f"limit must be an int, not {type(limit).__name__}")
+    if limit < 1:
+        raise ValueError(f"limit must be at least 1, got {limit}")
+    return limit
+
+
+def validate_timeout(value: object, name: str) -> timedelta:
+    if not isinstance(value, timedelta):
+        raise TypeError(f"{name} must be a timedelta, not {type(value).__name__}")
+    if value <= timedelta(0):
+        raise ValueError(f"{name} must be positive, got {value}")
+    return value
+
+
+def validate_ids(ids: Iterable[object]) -> list[int]:
+    """Accept jobs or integer ids; return the ids."""
+    out: list[int] = []
+    for item in ids:
+        if isinstance(item, Job):
+            out.append(item.id)
+        elif isinstance(item, int) and not isinstance(item, bool):
+            out.append(item)
+        else:
+            raise TypeError(f"expected a Job or an int id, got {type(item).__name__}")
+    return out
+
+
+def error_text(error: object) -> str:
+    """What a failure stores in `last_error`: the exception type and message."""
+    if isinstance(error, BaseException):
+        message = str(error)
+        text = f"{type(error).__name__}: {message}" if message else type(error).__name__
+    else:
+        text = str(error)
+    # text columns cannot hold NUL; keep the rest as it is.
+    return text.replace("\x00", "\\0")

@@ -1,0 +1,359 @@
+"""Each queue operation as a plan: the decisions, with the I/O left out.
+
+A plan is a generator. It yields `Query` and `Copy` steps; the backend
+performs each on a connection and sends back the rows; the plan's return
+value is the operation's result. The sync backend and both async drivers
+run the very same plans (see `pgqueue.sync.driver` and `pgqueue.aio.driver`),
+so what to write and what follows from what was read is decided here, once.
+This is psycopg's own trick (its ``generators.py``), one level up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Generic, TypeVar
+
+from .backoff import Backoff
+from .jobs import (
+    Job,
+    JobNotRunning,
+    JobStatus,
+    SpecLike,
+    Stats,
+    error_text,
+    validate_ids,
+    validate_kinds,
+    validate_limit,
+    validate_spec,
+    validate_specs,
+    validate_timeout,
+)
+from .sql import Statements
+from .states import Event, next_state
+
+__all__ = ["Copy", "Operation", "Plan", "QueueCore", "Query", "Rows", "Step"]
+
+T = TypeVar("T")
+Rows = list[tuple[Any, ...]]
+
+# Batches of at least this many jobs are written with COPY rather than INSERT.
+COPY_THRESHOLD = 200
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """Run one statement; the plan receives its rows (empty if it returns none)."""
+
+    query: bytes
+    params: Sequence[Any] | dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Copy:
+    """Stream rows into ``COPY ... FROM STDIN``; the plan receives an empty list."""
+
+    query: bytes
+    rows: Sequence[Sequence[Any]]
+
+
+Step = Query | Copy
+Plan = Generator[Step, Rows, T]
+
+
+@dataclass(frozen=True, slots=True)
+class Operation(Generic[T]):
+    """A plan and whether its steps must share one transaction."""
+
+    plan: Plan[T]
+    atomic: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """One failed (or expired, or released) job, ready to be recorded."""
+
+    job_id: int
+    attempts: int
+    new_attempts: int
+    status: JobStatus
+    delay: timedelta
+    error: str | None
+
+
+class QueueCore:
+    """Everything a queue decides, for one table, with no I/O.
+
+    `pgqueue.Queue` and `pgqueue.AsyncQueue` hold one and hand its
+    operations to their driver.
+    """
+
+    def __init__(self, table: str = "pgqueue_jobs", *, backoff: Backoff | None = None) -> None:
+        self.sql = Statements(table)
+        self.backoff = backoff if backoff is not None else Backoff()
+
+    @property
+    def table(self) -> str:
+        return self.sql.table_name
+
+    @property
+    def channel(self) -> str:
+        return self.sql.channel
+
+    # -- schema ---------------------------------------------------------
+
+    def install(self) -> Operation[None]:
+        def plan() -> Plan[None]:
+            # Concurrent installs would race on the catalog; serialise them.
+            yield Query(self.sql.install_lock, (self.table,))
+            for statement in self.sql.ddl:
+                yield Query(statement)
+
+        return Operation(plan(), atomic=True)
+
+    # -- enqueue --------------------------------------------------------
+
+    def enqueue(
+        self,
+        kind: str,
+        payload: Any = None,
+        *,
+        run_at: datetime | None = None,
+        delay: timedelta | None = None,
+        max_attempts: int = 3,
+    ) -> Operation[int]:
+        spec = validate_spec(kind, payload, run_at=run_at, delay=delay, max_attempts=max_attempts)
+
+        def plan() -> Plan[int]:
+            params = {
+                "kind": spec.kind,
+                "payload": spec.payload_json,
+                "run_at": spec.run_at,
+                "delay": spec.delay,
+                "max_attempts": spec.max_attempts,
+                "channel": self.channel,
+            }
+            rows = yield Query(self.sql.enqueue, params)
+            return int(rows[0][0])
+
+        return Operation(plan())
+
+    def enqueue_many(self, specs: Iterable[SpecLike]) -> Operation[list[int]]:
+        checked = validate_specs(specs)
+
+        def plan() -> Plan[list[int]]:
+            if not checked:
+                return []
+            rows = yield Query(self.sql.allocate_ids, (self.table, len(checked)))
+            db_now, ids = rows[0]
+            # run_at from the database's clock, so that a skewed client
+            # neither runs jobs early nor holds them back.
+            records = [
+                (job_id, s.kind, s.payload_json, s.run_at or db_now + s.delay, s.max_attempts)
+                for job_id, s in zip(ids, checked, strict=True)
+            ]
+            if len(records) >= COPY_THRESHOLD:
+                yield Copy(self.sql.copy_in, records)
+            else:
+                yield Query(
+                    self.sql.insert_arrays, [list(col) for col in zip(*records, strict=True)]
+                )
+            kinds = sorted({s.kind for s in checked})
+            yield Query(self.sql.notify_kinds, (self.channel, kinds))
+            return list(ids)
+
+        return Operation(plan(), atomic=True)
+
+    # -- claim and outcomes ---------------------------------------------
+
+    def claim(
+        self, limit: int = 20, *, worker: str, kinds: Iterable[str] | None = None
+    ) -> Operation[list[Job]]:
+        limit = validate_limit(limit)
+        kind_list = validate_kinds(kinds)
+        if not isinstance(worker, str) or not worker or "\x00" in worker:
+            raise ValueError("worker must be a non-empty str")
+        params: dict[str, Any] = {"worker": worker, "limit": limit}
+        if kind_list is None:
+            statement = self.sql.claim
+        else:
+            statement = self.sql.claim_kinds
+            params["kinds"] = kind_list
+
+        def plan() -> Plan[list[Job]]:
+            rows = yield Query(statement, params)
+            return sorted((Job.from_row(r) for r in rows), key=lambda j: (j.run_at, j.id))
+
+        return Operation(plan())
+
+    def complete(self, jobs_or_ids: Iterable[Job | int]) -> Operation[list[int]]:
+        ids = validate_ids(jobs_or_ids)
+
+        def plan() -> Plan[list[int]]:
+            if not ids:
+                return []
+            rows = yield Query(self.sql.complete, (ids,))
+            return [r[0] for r in rows]
+
+        return Operation(plan())
+
+    def failure(
+        self, job: Job, error: object, *, retry_in: timedelta | None = None, event: Event
+    ) -> Failure:
+        """Decide what a failed, expired or released job becomes."""
+        if not isinstance(job, Job):
+            raise TypeError(f"expected a Job, got {type(job).__name__}")
+        if retry_in is not None and (
+            not isinstance(retry_in, timedelta) or retry_in < timedelta(0)
+        ):
+            raise ValueError(f"retry_in must be a non-negative timedelta, got {retry_in!r}")
+        status = next_state(job.status, event, attempts=job.attempts, max_attempts=job.max_attempts)
+        assert isinstance(status, JobStatus)
+        new_attempts = job.attempts
+        if event is Event.RELEASE:
+            # The job never started: give its attempt back.
+            new_attempts = max(job.attempts - 1, 0)
+            delay = timedelta(0)
+        elif retry_in is not None:
+            delay = retry_in
+        elif event is Event.EXPIRE:
+            delay = timedelta(0)
+        else:
+            delay = self.backoff.delay(job.attempts)
+        text = None if event is Event.RELEASE else error_text(error)
+        return Failure(job.id, job.attempts, new_attempts, status, delay, text)
+
+    def record_failures(self, failures: Sequence[Failure]) -> Operation[dict[int, JobStatus]]:
+        def plan() -> Plan[dict[int, JobStatus]]:
+            if not failures:
+                return {}
+            rows = yield self._failures_query(failures)
+            return {r[0]: JobStatus(r[1]) for r in rows}
+
+        return Operation(plan())
+
+    def written_status(self, failure: Failure, written: dict[int, JobStatus]) -> JobStatus:
+        """The status a recorded failure left, or `JobNotRunning` if nothing was written."""
+        try:
+            return written[failure.job_id]
+        except KeyError:
+            raise JobNotRunning(
+                f"job {failure.job_id} is not running under attempt {failure.attempts}; "
+                "its lease probably expired"
+            ) from None
+
+    def _failures_query(self, failures: Sequence[Failure]) -> Query:
+        return Query(
+            self.sql.record_failures,
+            (
+                [f.job_id for f in failures],
+                [f.attempts for f in failures],
+                [f.new_attempts for f in failures],
+                [f.status.value for f in failures],
+                [f.delay for f in failures],
+                [f.error for f in failures],
+            ),
+        )
+
+    def reap(self, visibility_timeout: timedelta) -> Operation[list[int]]:
+        timeout = validate_timeout(visibility_timeout, "visibility_timeout")
+
+        def plan() -> Plan[list[int]]:
+            rows = yield Query(self.sql.expired, (timeout,))
+            failures = [
+                self.failure(
+                    _running_stub(job_id, attempts, max_attempts),
+                    f"lease expired: no word from worker {locked_by!r} for {timeout}",
+                    event=Event.EXPIRE,
+                )
+                for job_id, attempts, max_attempts, locked_by in rows
+            ]
+            if not failures:
+                return []
+            written = yield self._failures_query(failures)
+            return [r[0] for r in written if r[1] == JobStatus.PENDING.value]
+
+        return Operation(plan(), atomic=True)
+
+    def heartbeat(self, ids: Sequence[int], *, worker: str) -> Operation[list[int]]:
+        def plan() -> Plan[list[int]]:
+            if not ids:
+                return []
+            rows = yield Query(self.sql.heartbeat, (list(ids), worker))
+            return [r[0] for r in rows]
+
+        return Operation(plan())
+
+    # -- inspection and repair -------------------------------------------
+
+    def get(self, job_id: int) -> Operation[Job | None]:
+        (job_id,) = validate_ids([job_id])
+
+        def plan() -> Plan[Job | None]:
+            rows = yield Query(self.sql.get, (job_id,))
+            return Job.from_row(rows[0]) if rows else None
+
+        return Operation(plan())
+
+    def retry(self, job_ids: Iterable[Job | int] | Job | int) -> Operation[int]:
+        ids = validate_ids([job_ids] if isinstance(job_ids, (int, Job)) else job_ids)
+
+        def plan() -> Plan[int]:
+            if not ids:
+                return 0
+            rows = yield Query(self.sql.retry, (ids, self.channel))
+            return len(rows)
+
+        return Operation(plan())
+
+    def stats(self) -> Operation[Stats]:
+        def plan() -> Plan[Stats]:
+            rows = yield Query(self.sql.stats)
+            by_status = dict.fromkeys(JobStatus, 0)
+            by_kind: dict[str, dict[JobStatus, int]] = {}
+            ages = []
+            for kind, status, count, age in rows:
+                st = JobStatus(status)
+                by_status[st] += count
+                by_kind.setdefault(kind, dict.fromkeys(JobStatus, 0))[st] = count
+                if age is not None:
+                    ages.append(age)
+            return Stats(by_status, dict(sorted(by_kind.items())), max(ages, default=None))
+
+        return Operation(plan())
+
+    def explain_claim(self) -> Operation[str]:
+        def plan() -> Plan[str]:
+            rows = yield Query(self.sql.explain_claim)
+            return "\n".join(r[0] for r in rows)
+
+        return Operation(plan())
+
+
+def _running_stub(job_id: int, attempts: int, max_attempts: int) -> Job:
+    """Just enough of a running job for the state machine to judge it."""
+    epoch = datetime.min
+    return Job(
+        id=job_id,
+        kind="",
+        payload=None,
+        attempts=attempts,
+        max_attempts=max_attempts,
+        status=JobStatus.RUNNING,
+        run_at=epoch,
+        last_error=None,
+        locked_by=None,
+        locked_at=None,
+        created_at=epoch,
+    )
+
+
+def drive(plan: Plan[T], perform: Callable[[Step], Rows]) -> T:
+    """Run a plan with a synchronous `perform(step) -> rows`."""
+    try:
+        step = next(plan)
+        while True:
+            step = plan.send(perform(step))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]

@@ -1,0 +1,221 @@
+"""Every SQL statement and DDL pgqueue runs, built once per table.
+
+Identifiers are validated (`validate_table_name`) and quoted with
+`psycopg.sql`; values always travel as parameters. Statements are
+rendered to bytes when a `Statements` is built, so the hot path neither
+composes nor escapes anything, and psycopg can prepare them by text.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from psycopg import sql
+
+from .jobs import validate_table_name
+
+__all__ = ["JOB_COLUMNS", "Statements"]
+
+# The order `Job.from_row` reads.
+JOB_COLUMNS: Final = (
+    "id",
+    "kind",
+    "payload",
+    "attempts",
+    "max_attempts",
+    "status",
+    "run_at",
+    "last_error",
+    "locked_by",
+    "locked_at",
+    "created_at",
+)
+
+# The columns `enqueue_many` writes, in the order of its COPY and unnest().
+INSERT_COLUMNS: Final = ("id", "kind", "payload", "run_at", "max_attempts")
+
+_DDL: Final = (
+    """
+CREATE TABLE IF NOT EXISTS {table} (
+    id           bigserial PRIMARY KEY,
+    kind         text NOT NULL,
+    payload      jsonb NOT NULL DEFAULT 'null',
+    run_at       timestamptz NOT NULL DEFAULT now(),
+    attempts     integer NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+    max_attempts integer NOT NULL DEFAULT 3 CHECK (max_attempts >= 1),
+    status       text NOT NULL DEFAULT 'pending'
+                 CHECK (status IN ('pending', 'running', 'dead')),
+    locked_at    timestamptz,
+    locked_by    text,
+    last_error   text,
+    created_at   timestamptz NOT NULL DEFAULT now()
+)""",
+    # The ready index: only rows a worker may claim, so it tracks the backlog.
+    "CREATE INDEX IF NOT EXISTS {ready_index} ON {table} (run_at, id) WHERE status = 'pending'",
+    # The reaper's index: only running rows, a handful at any time.
+    "CREATE INDEX IF NOT EXISTS {running_index} ON {table} (locked_at) WHERE status = 'running'",
+)
+
+
+def _render(template: str, **parts: sql.Composable) -> bytes:
+    return sql.SQL(template).format(**parts).as_bytes(None)
+
+
+class Statements:
+    """The statements for one queue table.
+
+    >>> Statements("app.jobs").table_name
+    'app.jobs'
+    """
+
+    def __init__(self, table: str) -> None:
+        parts = validate_table_name(table)
+        self.table_name = table
+        # One channel per table, so queues in one database do not wake each other.
+        self.channel = table
+        name = parts[-1]
+        t = sql.Identifier(*parts)
+        cols = sql.SQL(", ").join(sql.Identifier(c) for c in JOB_COLUMNS)
+        jcols = sql.SQL(", ").join(sql.Identifier("j", c) for c in JOB_COLUMNS)
+        names = {
+            "table": t,
+            "cols": cols,
+            "jcols": jcols,
+            "ready_index": sql.Identifier(f"{name}_ready"),
+            "running_index": sql.Identifier(f"{name}_running"),
+            "insert_cols": sql.SQL(", ").join(sql.Identifier(c) for c in INSERT_COLUMNS),
+        }
+        self.ready_index_name = f"{name}_ready"
+
+        self.install_lock = _render("SELECT pg_advisory_xact_lock(hashtext('pgqueue:' || %s))")
+        self.ddl = tuple(_render(stmt, **names) for stmt in _DDL)
+
+        # One job, announced in the same statement; the notification is
+        # delivered when the caller's transaction commits, never before.
+        self.enqueue = _render(
+            """
+WITH job AS (
+    INSERT INTO {table} (kind, payload, run_at, max_attempts)
+    VALUES (%(kind)s, %(payload)s::jsonb,
+            COALESCE(%(run_at)s::timestamptz, now() + %(delay)s::interval), %(max_attempts)s)
+    RETURNING id, kind
+)
+SELECT id, pg_notify(%(channel)s, kind)::text FROM job""",
+            **names,
+        )
+
+        # enqueue_many, step 1: the transaction's clock and the ids to use.
+        # Ids are allocated up front so that COPY, which returns nothing,
+        # can write them, and so that ids follow the order of the specs.
+        self.allocate_ids = _render(
+            """
+SELECT now(), array(SELECT nextval(pg_get_serial_sequence(%s, 'id'))
+                    FROM generate_series(1, %s) ORDER BY 1)""",
+        )
+        # enqueue_many, step 2 for small batches: one INSERT from arrays.
+        self.insert_arrays = _render(
+            """
+INSERT INTO {table} ({insert_cols})
+SELECT * FROM unnest(%s::bigint[], %s::text[], %s::jsonb[], %s::timestamptz[], %s::integer[])""",
+            **names,
+        )
+        # enqueue_many, step 2 for large batches.
+        self.copy_in = _render("COPY {table} ({insert_cols}) FROM STDIN", **names)
+        # enqueue_many, step 3: one notification per kind, not per row.
+        self.notify_kinds = _render("SELECT pg_notify(%s, k)::text FROM unnest(%s::text[]) AS k")
+
+        # The claim: select, lock, mark and return in one statement.
+        claim = """
+UPDATE {table} AS j
+   SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
+ WHERE j.id IN (
+       SELECT id FROM {table}
+        WHERE status = 'pending' AND run_at <= now() {kind_filter}
+        ORDER BY run_at, id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED)
+RETURNING {jcols}"""
+        self.claim = _render(claim, kind_filter=sql.SQL(""), **names)
+        self.claim_kinds = _render(
+            claim, kind_filter=sql.SQL("AND kind = ANY(%(kinds)s::text[])"), **names
+        )
+
+        # Success: the row goes. Only a running job can succeed.
+        self.complete = _render(
+            "DELETE FROM {table} WHERE id = ANY(%s::bigint[]) AND status = 'running' RETURNING id",
+            **names,
+        )
+
+        # Failure, expiry and release for a batch of jobs, each with the next
+        # state the state machine chose. `attempts` fences the write: a job
+        # that was reclaimed since (a new claim bumped attempts) is left alone.
+        self.record_failures = _render(
+            """
+UPDATE {table} AS j
+   SET status = f.status,
+       run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE j.run_at END,
+       attempts = f.new_attempts,
+       locked_at = NULL,
+       locked_by = NULL,
+       last_error = COALESCE(f.error, j.last_error)
+  FROM unnest(%s::bigint[], %s::integer[], %s::integer[], %s::text[], %s::interval[], %s::text[])
+       AS f(id, attempts, new_attempts, status, delay, error)
+ WHERE j.id = f.id AND j.status = 'running' AND j.attempts = f.attempts
+RETURNING j.id, j.status""",
+            **names,
+        )
+
+        # The reaper, step 1: running jobs whose lease ran out, locked so
+        # that two reapers never judge the same job.
+        self.expired = _render(
+            """
+SELECT id, attempts, max_attempts, locked_by FROM {table}
+ WHERE status = 'running' AND locked_at < now() - %s::interval
+ ORDER BY id
+ FOR UPDATE SKIP LOCKED""",
+            **names,
+        )
+
+        # A worker keeps the lease of the jobs it is still running.
+        self.heartbeat = _render(
+            """
+UPDATE {table} SET locked_at = now()
+ WHERE id = ANY(%s::bigint[]) AND status = 'running' AND locked_by = %s
+RETURNING id""",
+            **names,
+        )
+
+        self.get = _render("SELECT {cols} FROM {table} WHERE id = %s", **names)
+
+        # An operator revives dead jobs: a fresh set of attempts, due now.
+        self.retry = _render(
+            """
+WITH revived AS (
+    UPDATE {table}
+       SET status = 'pending', attempts = 0, run_at = now(), locked_at = NULL, locked_by = NULL
+     WHERE id = ANY(%s::bigint[]) AND status = 'dead'
+    RETURNING id, kind
+)
+SELECT id, pg_notify(%s, kind)::text FROM revived""",
+            **names,
+        )
+
+        self.stats = _render(
+            """
+SELECT kind, status, count(*),
+       now() - min(run_at) FILTER (WHERE status = 'pending' AND run_at <= now())
+  FROM {table}
+ GROUP BY kind, status""",
+            **names,
+        )
+
+        # For tests and operators: the claim's row source, to EXPLAIN.
+        self.explain_claim = _render(
+            """
+EXPLAIN SELECT id FROM {table}
+ WHERE status = 'pending' AND run_at <= now()
+ ORDER BY run_at, id LIMIT 20 FOR UPDATE SKIP LOCKED""",
+            **names,
+        )
+
+        self.listen = _render("LISTEN {channel}", channel=sql.Identifier(self.channel))

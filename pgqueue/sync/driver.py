@@ -1,0 +1,98 @@
+"""The sync driver: run core plans on psycopg connections from a pool.
+
+The async driver on trio runs these same functions in worker threads.
+"""
+
+from __future__ import annotations
+
+import threading
+from functools import partial
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from ..core.ops import Copy, Operation, Rows, Step, drive
+
+__all__ = ["CallerConnection", "Driver", "PoolTarget", "make_driver", "run_on"]
+
+T = TypeVar("T")
+CallerConnection = psycopg.Connection[Any]
+"""What `conn=` accepts on the sync API."""
+PoolTarget = str | ConnectionPool
+"""What `Queue` connects with: a DSN, or a pool the caller manages."""
+
+
+def perform(conn: psycopg.Connection[Any], step: Step) -> Rows:
+    """Carry out one step of a plan on `conn`."""
+    with conn.cursor() as cur:
+        if isinstance(step, Copy):
+            with cur.copy(step.query) as copy:
+                for row in step.rows:
+                    copy.write_row(row)
+            return []
+        cur.execute(step.query, step.params)
+        return cur.fetchall() if cur.description is not None else []
+
+
+def run_on(conn: psycopg.Connection[Any], op: Operation[T]) -> T:
+    """Run `op` on `conn`; a multi-step plan runs in a transaction (or savepoint)."""
+    if not isinstance(conn, psycopg.Connection):
+        raise TypeError(f"conn must be a psycopg.Connection here, not {type(conn).__name__}")
+    if op.atomic:
+        with conn.transaction():
+            return drive(op.plan, partial(perform, conn))
+    return drive(op.plan, partial(perform, conn))
+
+
+def make_pool(conninfo: str, *, max_size: int) -> ConnectionPool:
+    """The pool a queue opens for itself from a DSN."""
+    return ConnectionPool(
+        conninfo,
+        min_size=1,
+        max_size=max_size,
+        # One statement is one transaction: a claim or a batch completion
+        # costs one round trip. Multi-step plans open their own transaction.
+        kwargs={"autocommit": True},
+        # A server restart leaves dead connections in the pool; check them.
+        check=ConnectionPool.check_connection,
+        open=False,
+        name="pgqueue",
+    )
+
+
+class Driver:
+    """Runs operations on the caller's connection or on one from the pool."""
+
+    def __init__(self, pool: ConnectionPool, *, owned: bool) -> None:
+        self.pool = pool
+        self.owned = owned
+        self._open_lock = threading.Lock()
+        self._opened = not owned
+
+    def open(self) -> None:
+        with self._open_lock:
+            if not self._opened:
+                self.pool.open(wait=True)
+                self._opened = True
+
+    def run(self, op: Operation[T], conn: CallerConnection | None = None) -> T:
+        if conn is not None:
+            return run_on(conn, op)
+        self.open()
+        with self.pool.connection() as pooled:
+            return run_on(pooled, op)
+
+    def close(self) -> None:
+        if self.owned:
+            self.pool.close()
+
+
+def make_driver(target: PoolTarget, *, max_size: int) -> Driver:
+    if isinstance(target, ConnectionPool):
+        return Driver(target, owned=False)
+    if isinstance(target, str):
+        return Driver(make_pool(target, max_size=max_size), owned=True)
+    raise TypeError(
+        f"expected a DSN str or a psycopg_pool.ConnectionPool, not {type(target).__name__}"
+    )

@@ -1,0 +1,168 @@
+"""`Queue`: the queue's operations for sync code (threads, Flask, scripts).
+
+Generated from ``pgqueue/aio/queue.py`` by ``tools/unasync.py``: do not edit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from types import TracebackType
+from typing import Any
+
+from ..core.backoff import Backoff
+from ..core.jobs import Job, JobSpec, JobStatus, Stats, default_worker_name
+from ..core.ops import QueueCore
+from ..core.states import Event
+from .driver import CallerConnection, PoolTarget, make_driver
+
+__all__ = ["Queue"]
+
+
+class Queue:
+    """A job queue in one PostgreSQL table, for sync code (threads, Flask, scripts).
+
+    Give it a DSN (it opens a pool of its own) or a pool you manage::
+
+        with pgqueue.Queue("postgresql://localhost/app") as q:
+            q.install()
+            job_id = q.enqueue("send_receipt", {"order_id": 42})
+            for job in q.claim(10, worker="w1"):
+                q.complete(job)
+
+    Every method validates its arguments before it touches the database: a
+    bad argument raises `TypeError` or `ValueError` and writes nothing.
+    """
+
+    def __init__(
+        self,
+        conninfo_or_pool: PoolTarget,
+        *,
+        table: str = "pgqueue_jobs",
+        backoff: Backoff | None = None,
+        max_connections: int = 10,
+    ) -> None:
+        self.core = QueueCore(table, backoff=backoff)
+        self._driver = make_driver(conninfo_or_pool, max_size=max_connections)
+
+    @property
+    def table(self) -> str:
+        """The queue's table, as given (``name`` or ``schema.name``)."""
+        return self.core.table
+
+    def open(self) -> None:
+        """Open the queue's own pool now rather than at first use."""
+        self._driver.open()
+
+    def close(self) -> None:
+        """Close the pool the queue opened (a pool you passed in stays open)."""
+        self._driver.close()
+
+    def __enter__(self) -> Queue:
+        self.open()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def install(self) -> None:
+        """Create the table and its indexes if they are missing (idempotent, concurrency-safe)."""
+        self._driver.run(self.core.install())
+
+    def enqueue(
+        self,
+        kind: str,
+        payload: Any = None,
+        *,
+        run_at: datetime | None = None,
+        delay: timedelta | None = None,
+        max_attempts: int = 3,
+        conn: CallerConnection | None = None,
+    ) -> int:
+        """Add one job and return its id.
+
+        With ``conn=``, the job is written in the caller's transaction: it
+        exists if and only if that transaction commits, and idle workers are
+        woken at commit. Without it, the queue commits the job at once.
+        ``run_at`` (timezone-aware) or ``delay`` postpone it.
+        """
+        op = self.core.enqueue(kind, payload, run_at=run_at, delay=delay, max_attempts=max_attempts)
+        return self._driver.run(op, conn)
+
+    def enqueue_many(
+        self,
+        specs: Iterable[JobSpec | tuple[str, Any]],
+        *,
+        conn: CallerConnection | None = None,
+    ) -> list[int]:
+        """Add many jobs in one transaction; return their ids in the order given.
+
+        Every spec is validated before anything is written. Large batches
+        are written with ``COPY``; one notification is sent per kind.
+        """
+        return self._driver.run(self.core.enqueue_many(specs), conn)
+
+    def claim(
+        self,
+        limit: int = 20,
+        *,
+        worker: str | None = None,
+        kinds: Iterable[str] | None = None,
+    ) -> list[Job]:
+        """Take up to ``limit`` ready jobs (of ``kinds``, if given) in one statement.
+
+        The jobs become ``running``, locked by ``worker``, with one more
+        attempt counted. Concurrent claimers never receive the same job.
+        """
+        op = self.core.claim(limit, worker=worker or default_worker_name(), kinds=kinds)
+        return self._driver.run(op)
+
+    def complete(self, *jobs_or_ids: Job | int) -> int:
+        """Record success: delete the running jobs given, in one statement.
+
+        Returns how many were deleted; a job that is not running (because its
+        lease expired and it was reclaimed, say) is left alone.
+        """
+        done: list[int] = self._driver.run(self.core.complete(jobs_or_ids))
+        return len(done)
+
+    def fail(self, job: Job, error: object, *, retry_in: timedelta | None = None) -> JobStatus:
+        """Record a failure of a claimed job; return what it became.
+
+        Below ``max_attempts`` the job is deferred by the queue's `Backoff`
+        (or by ``retry_in``) and is ``pending`` again; at ``max_attempts`` it is
+        ``dead``. ``error`` (an exception or text) is kept in ``last_error``.
+        Raises `JobNotRunning` if the job is no longer this claim's to fail.
+        """
+        failure = self.core.failure(job, error, retry_in=retry_in, event=Event.FAIL)
+        written = self._driver.run(self.core.record_failures([failure]))
+        return self.core.written_status(failure, written)
+
+    def reap(self, visibility_timeout: timedelta) -> list[int]:
+        """Return jobs whose lease is older than ``visibility_timeout`` to ``pending``.
+
+        A reaped job that has used all its attempts becomes ``dead`` instead.
+        Returns the ids put back to ``pending``.
+        """
+        return self._driver.run(self.core.reap(visibility_timeout))
+
+    def get(self, job_id: int) -> Job | None:
+        """The job with this id, or None (a succeeded job is gone)."""
+        return self._driver.run(self.core.get(job_id))
+
+    def retry(self, job_ids: Iterable[Job | int] | Job | int) -> int:
+        """Revive dead jobs: ``pending``, due now, with a fresh set of attempts."""
+        return self._driver.run(self.core.retry(job_ids))
+
+    def stats(self) -> Stats:
+        """Counts by status and by kind, and the age of the oldest ready job."""
+        return self._driver.run(self.core.stats())
+
+    def explain_claim(self) -> str:
+        """The plan PostgreSQL chooses for the claim query (``EXPLAIN``)."""
+        return self._driver.run(self.core.explain_claim())

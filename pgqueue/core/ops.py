@@ -325,7 +325,8 @@ class QueueCore:
 
     def explain_claim(self) -> Operation[str]:
         def plan() -> Plan[str]:
-            rows = yield Query(self.sql.explain_claim)
+            params = {"worker": "explain", "limit": 20}
+            rows = yield Query(self.sql.explain_claim, params)
             return "\n".join(r[0] for r in rows)
 
         return Operation(plan())

@@ -57,6 +57,14 @@ CREATE TABLE IF NOT EXISTS {table} (
 )
 
 
+RELOAD_CONF: Final = b"SELECT pg_reload_conf()"
+
+
+def alter_system(name: str, value: str) -> bytes:
+    """``ALTER SYSTEM SET name = 'value'``, for the embedded server's settings."""
+    return sql.SQL("ALTER SYSTEM SET {} = {}").format(sql.Identifier(name), value).as_bytes(None)
+
+
 def _render(template: str, **parts: sql.Composable) -> bytes:
     return sql.SQL(template).format(**parts).as_bytes(None)
 
@@ -209,13 +217,7 @@ SELECT kind, status, count(*),
             **names,
         )
 
-        # For tests and operators: the claim's row source, to EXPLAIN.
-        self.explain_claim = _render(
-            """
-EXPLAIN SELECT id FROM {table}
- WHERE status = 'pending' AND run_at <= now()
- ORDER BY run_at, id LIMIT 20 FOR UPDATE SKIP LOCKED""",
-            **names,
-        )
+        # For tests and operators: the claim's plan, with no row touched.
+        self.explain_claim = b"EXPLAIN " + self.claim
 
         self.listen = _render("LISTEN {channel}", channel=sql.Identifier(self.channel))

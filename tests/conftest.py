@@ -1,0 +1,106 @@
+"""Fixtures: a real PostgreSQL, a fresh table per test, and the three backends.
+
+The suite runs against ``PGQUEUE_TEST_DSN`` when it is set; otherwise it
+starts an embedded PostgreSQL for the session. ``PGQUEUE_TEST_BACKEND``
+(``sync``, ``asyncio``, ``trio``, or a comma-separated list; all three by
+default) chooses the backends the behaviour suite runs on.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+import pgqueue
+from pgqueue.embedded import EmbeddedPostgres
+
+from .backends import BACKENDS, Business, make_business, open_queue
+
+SELECTED = [
+    b.strip() for b in os.environ.get("PGQUEUE_TEST_BACKEND", ",".join(BACKENDS)).split(",")
+]
+for _name in SELECTED:
+    if _name not in BACKENDS:
+        raise pytest.UsageError(f"PGQUEUE_TEST_BACKEND: unknown backend {_name!r}")
+
+
+@pytest.fixture(scope="session")
+def dsn() -> Iterator[str]:
+    if os.environ.get("PGQUEUE_TEST_DSN"):
+        yield os.environ["PGQUEUE_TEST_DSN"]
+        return
+    # Durability is not under test here; speed is welcome.
+    server = EmbeddedPostgres(settings={"fsync": "off", "synchronous_commit": "off"})
+    with server as url:
+        yield url
+
+
+class Raw:
+    """A plain autocommit connection for looking at (and arranging) rows behind the queue."""
+
+    def __init__(self, conn: psycopg.Connection[Any], table: str) -> None:
+        self.conn = conn
+        self.table = sql.Identifier(*table.split("."))
+
+    def rows(self, query: str, *params: Any) -> list[tuple[Any, ...]]:
+        """Run ``query`` with ``{table}`` standing for the queue's table."""
+        composed = sql.SQL(query).format(table=self.table)  # type: ignore[arg-type]
+        cur = self.conn.execute(composed, params or None)
+        return cur.fetchall() if cur.description else []
+
+    def one(self, query: str, *params: Any) -> Any:
+        return self.rows(query, *params)[0][0]
+
+    def count(self, where: str = "true", *params: Any) -> int:
+        return int(self.one("SELECT count(*) FROM {table} WHERE " + where, *params))
+
+
+@pytest.fixture
+def table(dsn: str) -> Iterator[str]:
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    yield name
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(name)))
+
+
+@pytest.fixture
+def raw(dsn: str, table: str) -> Iterator[Raw]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        yield Raw(conn, table)
+
+
+@pytest.fixture(params=SELECTED)
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def anyio_backend(backend: str) -> str:
+    # The sync queue is driven from asyncio tasks through worker threads.
+    return "trio" if backend == "trio" else "asyncio"
+
+
+@pytest.fixture
+async def queue(dsn: str, table: str, backend: str) -> AsyncIterator[Any]:
+    """The queue under test, with awaitable methods whatever the backend."""
+    async with open_queue(backend, dsn, table=table) as q:
+        await q.install()
+        yield q
+
+
+@pytest.fixture
+async def business(dsn: str, table: str, backend: str) -> AsyncIterator[Business]:
+    """The application's side: its own connection and an ``orders`` table."""
+    async with make_business(backend, dsn, orders=f"{table}_orders") as b:
+        yield b
+
+
+@pytest.fixture
+def core(table: str) -> pgqueue.core.ops.QueueCore:
+    return pgqueue.core.ops.QueueCore(table)

@@ -51,5 +51,5 @@ def lint(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def typecheck(session: nox.Session) -> None:
     """mypy --strict on the package."""
-    session.install("-e", ".", "mypy")
+    session.install("-e", ".[embedded]", "mypy")
     session.run("mypy", "--strict", "pgqueue")

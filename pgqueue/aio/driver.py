@@ -145,6 +145,11 @@ class Driver:
         self._impl: Impl | None = None
         self._lock = anyio.Lock()
 
+    @property
+    def conninfo(self) -> str:
+        target = self._target
+        return target if isinstance(target, str) else sync_driver.pool_conninfo(target)
+
     def _choose(self) -> Impl:
         target = self._target
         if isinstance(target, AsyncConnectionPool):

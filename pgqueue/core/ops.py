@@ -243,6 +243,25 @@ class QueueCore:
                 "its lease probably expired"
             ) from None
 
+    def settle(
+        self, succeeded: Sequence[int], failures: Sequence[Failure]
+    ) -> Operation[tuple[list[int], dict[int, JobStatus]]]:
+        """A worker's batch of outcomes: at most one statement for the successes
+        and one for the failures, whatever the batch's size."""
+
+        def plan() -> Plan[tuple[list[int], dict[int, JobStatus]]]:
+            done: list[int] = []
+            written: dict[int, JobStatus] = {}
+            if succeeded:
+                rows = yield Query(self.sql.complete, (list(succeeded),))
+                done = [r[0] for r in rows]
+            if failures:
+                rows = yield self._failures_query(failures)
+                written = {r[0]: JobStatus(r[1]) for r in rows}
+            return done, written
+
+        return Operation(plan())
+
     def _failures_query(self, failures: Sequence[Failure]) -> Query:
         return Query(
             self.sql.record_failures,

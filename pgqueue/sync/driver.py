@@ -10,7 +10,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 import psycopg
-from psycopg_pool import ConnectionPool
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from ..core.ops import Copy, Operation, Rows, Step, drive
 
@@ -61,6 +61,13 @@ def make_pool(conninfo: str, *, max_size: int) -> ConnectionPool:
     )
 
 
+def pool_conninfo(pool: ConnectionPool | AsyncConnectionPool) -> str:
+    """The DSN of a pool, for the connections a worker opens beside it (LISTEN)."""
+    if isinstance(pool.conninfo, str):
+        return pool.conninfo
+    raise TypeError("the pool's conninfo is a function; give the queue a DSN string instead")
+
+
 class Driver:
     """Runs operations on the caller's connection or on one from the pool."""
 
@@ -69,6 +76,10 @@ class Driver:
         self.owned = owned
         self._open_lock = threading.Lock()
         self._opened = not owned
+
+    @property
+    def conninfo(self) -> str:
+        return pool_conninfo(self.pool)
 
     def open(self) -> None:
         with self._open_lock:

@@ -5,14 +5,14 @@ Generated from ``pgqueue/aio/queue.py`` by ``tools/unasync.py``: do not edit.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any
 
 from ..core.backoff import Backoff
 from ..core.jobs import Job, JobSpec, JobStatus, Stats, default_worker_name
-from ..core.ops import QueueCore
+from ..core.ops import Failure, QueueCore
 from ..core.states import Event
 from .driver import CallerConnection, PoolTarget, make_driver
 
@@ -49,6 +49,11 @@ class Queue:
     def table(self) -> str:
         """The queue's table, as given (``name`` or ``schema.name``)."""
         return self.core.table
+
+    @property
+    def conninfo(self) -> str:
+        """The connection string the queue's pool connects with."""
+        return self._driver.conninfo
 
     def open(self) -> None:
         """Open the queue's own pool now rather than at first use."""
@@ -162,6 +167,16 @@ class Queue:
     def stats(self) -> Stats:
         """Counts by status and by kind, and the age of the oldest ready job."""
         return self._driver.run(self.core.stats())
+
+    def settle(
+        self, succeeded: Sequence[int], failures: Sequence[Failure]
+    ) -> tuple[list[int], dict[int, JobStatus]]:
+        """Record a worker's batch of outcomes (see `QueueCore.settle`)."""
+        return self._driver.run(self.core.settle(succeeded, failures))
+
+    def heartbeat(self, job_ids: Sequence[int], *, worker: str) -> list[int]:
+        """Renew the leases of ``worker``'s running jobs; return those still held."""
+        return self._driver.run(self.core.heartbeat(job_ids, worker=worker))
 
     def explain_claim(self) -> str:
         """The plan PostgreSQL chooses for the claim query (``EXPLAIN``)."""

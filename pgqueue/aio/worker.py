@@ -1,0 +1,438 @@
+"""`AsyncWorker`: claim, run, record — on asyncio or trio.
+
+The cycle: a feeder claims a batch in one statement and hands the jobs one
+at a time to ``concurrency`` runner tasks; each outcome is buffered and a
+completer records the buffer in one round trip (successes deleted together,
+failures deferred or buried together). Around it: a heartbeat that keeps
+the leases of claimed jobs, a reaper that returns other workers' expired
+jobs, a LISTEN connection that wakes the feeder, and signal handling.
+
+`pgqueue.Worker` (sync) runs this same worker on an event loop of its own,
+with plain-function handlers in worker threads.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import random
+import signal
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import nullcontext, suppress
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import anyio
+import anyio.from_thread
+import anyio.lowlevel
+import anyio.to_thread
+import psycopg
+import psycopg_pool
+from anyio.abc import TaskStatus
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from ..core.jobs import Job
+from ..core.ops import Failure
+from ..core.states import Event
+from ..core.worker import Handlers, MissingHandler, WorkerSettings, describe_error
+from .queue import AsyncQueue
+
+__all__ = ["AsyncWorker"]
+
+log = logging.getLogger("pgqueue.worker")
+
+# What a lost or refused database looks like; the worker waits and retries.
+DATABASE_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError, psycopg_pool.PoolTimeout)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    job: Job
+    failure: Failure | None  # None: success
+
+
+class AsyncWorker:
+    """Run handlers for the jobs of an `AsyncQueue` (asyncio or trio).
+
+    ::
+
+        worker = pgqueue.AsyncWorker(queue, concurrency=8)
+
+        @worker.handler("send_receipt")
+        async def send_receipt(job: pgqueue.Job) -> None:
+            await mailer.send(job.payload["order_id"])
+
+        await worker.run()   # until stop(), SIGINT or SIGTERM
+
+    A handler receives the `Job`. Returning is success (the row is deleted);
+    raising is failure (retried with backoff, ``dead`` at ``max_attempts``);
+    running longer than ``job_timeout`` is a failure too. ``async def``
+    handlers run on the event loop; plain functions run in worker threads.
+    Delivery is at least once: make handlers idempotent.
+
+    ``batch_size`` jobs are claimed per statement; ``concurrency`` run at a
+    time. ``poll_interval`` seconds is the longest an idle worker waits
+    before it looks for ready jobs again, notification or not. A claimed
+    job's lease is renewed every ``visibility_timeout / 4``; a job whose
+    lease is older than ``visibility_timeout`` is presumed abandoned and
+    returned to ``pending`` by any worker's reaper. On `stop` (or a signal)
+    the worker stops claiming, hands claimed-but-unstarted jobs back at once
+    (their attempt is given back), and lets running jobs finish for up to
+    ``grace_period`` seconds; a job still running then is interrupted and
+    returned to ``pending`` at once, its attempt counted.
+    """
+
+    def __init__(
+        self,
+        queue: AsyncQueue,
+        handlers: Mapping[str, Callable[..., Any]] | None = None,
+        *,
+        concurrency: int = 4,
+        batch_size: int = 20,
+        kinds: Iterable[str] | None = None,
+        poll_interval: float | timedelta = 1.0,
+        job_timeout: float | timedelta | None = None,
+        visibility_timeout: timedelta = timedelta(minutes=5),
+        grace_period: float | timedelta = 30.0,
+        name: str | None = None,
+        handle_signals: bool = True,
+    ) -> None:
+        self.queue = queue
+        self.handlers = Handlers(handlers)
+        self.settings = WorkerSettings.build(
+            concurrency=concurrency,
+            batch_size=batch_size,
+            kinds=kinds,
+            poll_interval=poll_interval,
+            job_timeout=job_timeout,
+            visibility_timeout=visibility_timeout,
+            grace_period=grace_period,
+            name=name,
+        )
+        self.handle_signals = handle_signals
+        self._stopping = False
+        self._token: anyio.lowlevel.EventLoopToken | None = None
+        self._loop_thread: int | None = None
+        self._feed_scope: anyio.CancelScope | None = None
+        self._runners_scope: anyio.CancelScope | None = None
+        self._wakeup = anyio.Event()
+        self._outcome_ready = anyio.Event()
+        self._job_done = anyio.Event()
+        self._flush_lock = anyio.Lock()
+        self._running: dict[int, Job] = {}
+        self._unstarted: deque[Job] = deque()
+        self._outcomes: list[Outcome] = []
+        self._listener_stop = threading.Event()
+        self._limiter = anyio.CapacityLimiter(self.settings.concurrency)
+
+    @property
+    def name(self) -> str:
+        """The name this worker records in ``locked_by``."""
+        return self.settings.name
+
+    def handler(self, kind: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Register the decorated function as the handler of ``kind``."""
+        return self.handlers.register(kind)
+
+    # -- control ------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop gracefully; callable from any thread, task or handler."""
+        self._stopping = True
+        if self._token is None:
+            return
+        if threading.get_ident() == self._loop_thread:
+            self._interrupt_feeder()
+        else:
+            with suppress(anyio.RunFinishedError):
+                anyio.from_thread.run_sync(self._interrupt_feeder, token=self._token)
+
+    def _interrupt_feeder(self) -> None:
+        if self._feed_scope is not None:
+            self._feed_scope.cancel()
+
+    def _wake(self) -> None:
+        self._wakeup.set()
+
+    async def run(self, *, until_empty: bool = False) -> None:
+        """Work until `stop` (or, with ``until_empty``, until no job is ready or running)."""
+        self._stopping = False
+        self._token = anyio.lowlevel.current_token()
+        self._loop_thread = threading.get_ident()
+        self._listener_stop.clear()
+        log.info(
+            "worker %s starting: concurrency=%d batch_size=%d kinds=%s",
+            self.name,
+            self.settings.concurrency,
+            self.settings.batch_size,
+            self.settings.kinds or "all",
+        )
+        try:
+            async with anyio.create_task_group() as background:
+                background.start_soon(self._completer)
+                background.start_soon(self._heartbeat)
+                if not until_empty:
+                    await background.start(self._listener)
+                    background.start_soon(self._reaper)
+                    if (
+                        self.handle_signals
+                        and threading.current_thread() is threading.main_thread()
+                    ):
+                        background.start_soon(self._on_signals)
+                try:
+                    await self._work(until_empty)
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await self._flush()
+                    background.cancel_scope.cancel()
+        finally:
+            self._listener_stop.set()
+            self._token = None
+            log.info("worker %s stopped", self.name)
+
+    # -- the cycle ----------------------------------------------------------------
+
+    async def _work(self, until_empty: bool) -> None:
+        send, receive = anyio.create_memory_object_stream[Job]()
+        async with anyio.create_task_group() as runners:
+            self._runners_scope = runners.cancel_scope
+            for _ in range(self.settings.concurrency):
+                runners.start_soon(self._runner, receive.clone())
+            receive.close()
+            try:
+                await self._feed(send, until_empty)
+            finally:
+                send.close()
+                with anyio.CancelScope(shield=True):
+                    await self._release_unstarted()
+                # Running jobs get the grace period, then are interrupted.
+                runners.cancel_scope.deadline = anyio.current_time() + self.settings.grace_period
+
+    async def _feed(self, send: MemoryObjectSendStream[Job], until_empty: bool) -> None:
+        with anyio.CancelScope() as self._feed_scope:
+            if self._stopping:
+                return
+            errors = 0
+            while True:
+                try:
+                    with anyio.CancelScope(shield=True):
+                        # Shielded: a claim that committed is never dropped on the floor.
+                        if until_empty:
+                            await self._flush()
+                        jobs = await self.queue.claim(
+                            self.settings.batch_size, worker=self.name, kinds=self.settings.kinds
+                        )
+                    errors = 0
+                except DATABASE_ERRORS as exc:
+                    errors += 1
+                    await self._pause_after_error("claim", exc, errors)
+                    continue
+                if not jobs:
+                    if until_empty and not self._running and not self._outcomes:
+                        return
+                    await self._wait_for_work(until_empty)
+                    continue
+                log.debug("worker %s claimed %d jobs", self.name, len(jobs))
+                self._unstarted.extend(jobs)
+                while self._unstarted:
+                    await send.send(self._unstarted[0])
+                    self._unstarted.popleft()
+
+    async def _wait_for_work(self, until_empty: bool) -> None:
+        if until_empty:
+            # Something is still running: its outcome may free more work.
+            self._job_done = anyio.Event()
+            await self._job_done.wait()
+            return
+        self._wakeup = anyio.Event()
+        with anyio.move_on_after(self.settings.poll_interval):
+            await self._wakeup.wait()
+
+    async def _runner(self, receive: MemoryObjectReceiveStream[Job]) -> None:
+        async with receive:
+            async for job in receive:
+                # No checkpoint between receiving and recording: a job is
+                # always either unstarted (to release) or running (to record).
+                self._running[job.id] = job
+                try:
+                    await self._run_one(job)
+                finally:
+                    del self._running[job.id]
+                    self._job_done.set()
+
+    async def _run_one(self, job: Job) -> None:
+        handler = self.handlers.get(job.kind)
+        timeout = self.settings.job_timeout
+        try:
+            if handler is None:
+                raise MissingHandler(job.kind, self.handlers.kinds())
+            with anyio.fail_after(timeout) if timeout is not None else nullcontext():
+                if inspect.iscoroutinefunction(handler):
+                    await handler(job)
+                else:
+                    # Abandoned on timeout: a thread cannot be killed; see the docs.
+                    await anyio.to_thread.run_sync(
+                        handler, job, abandon_on_cancel=True, limiter=self._limiter
+                    )
+        except anyio.get_cancelled_exc_class():
+            self._record(job, "interrupted: the worker shut down before the job finished",
+                         Event.EXPIRE)  # fmt: skip
+            raise
+        except TimeoutError as exc:
+            text = (
+                describe_error(exc)
+                if timeout is None
+                else f"TimeoutError: job_timeout of {timeout}s exceeded"
+            )
+            log.warning("job %d (%s) failed: %s", job.id, job.kind, text.splitlines()[0])
+            self._record(job, text, Event.FAIL)
+        except Exception as exc:
+            log.warning("job %d (%s) failed: %s: %s", job.id, job.kind, type(exc).__name__, exc)
+            self._record(job, describe_error(exc), Event.FAIL)
+        else:
+            self._outcomes.append(Outcome(job, None))
+            self._outcome_ready.set()
+
+    def _record(self, job: Job, error: str, event: Event) -> None:
+        failure = self.queue.core.failure(job, error, event=event)
+        self._outcomes.append(Outcome(job, failure))
+        self._outcome_ready.set()
+
+    async def _completer(self) -> None:
+        # Outcomes that arrive while a flush is in flight wait for the next
+        # one: under load the batches grow by themselves.
+        while True:
+            await self._outcome_ready.wait()
+            self._outcome_ready = anyio.Event()
+            await self._flush()
+
+    async def _flush(self) -> None:
+        async with self._flush_lock:
+            errors = 0
+            while self._outcomes:
+                batch, self._outcomes = self._outcomes, []
+                succeeded = [o.job.id for o in batch if o.failure is None]
+                failures = [o.failure for o in batch if o.failure is not None]
+                try:
+                    done, written = await self.queue.settle(succeeded, failures)
+                except DATABASE_ERRORS as exc:
+                    self._outcomes[:0] = batch
+                    errors += 1
+                    await self._pause_after_error("recording outcomes", exc, errors)
+                    continue
+                lost = len(succeeded) - len(done) + len(failures) - len(written)
+                if lost:
+                    log.warning(
+                        "worker %s: %d outcomes not recorded: those jobs' leases had expired",
+                        self.name,
+                        lost,
+                    )
+                for job_id, status in written.items():
+                    log.debug("job %d is now %s", job_id, status)
+
+    async def _release_unstarted(self) -> None:
+        jobs = [j for j in self._unstarted if j.id not in self._running]
+        self._unstarted.clear()
+        if not jobs:
+            return
+        failures = [self.queue.core.failure(j, "released", event=Event.RELEASE) for j in jobs]
+        try:
+            await self.queue.settle([], failures)
+            log.info("worker %s released %d unstarted jobs", self.name, len(jobs))
+        except DATABASE_ERRORS as exc:
+            log.warning("worker %s could not release %d jobs (%s); the reaper will", self.name,
+                        len(jobs), exc)  # fmt: skip
+
+    async def _pause_after_error(self, what: str, exc: BaseException, errors: int) -> None:
+        delay = min(0.1 * 2**errors, 10.0) * (0.5 + random.random() / 2)
+        log.warning("worker %s: %s failed (%s); retrying in %.1fs", self.name, what, exc, delay)
+        await anyio.sleep(delay)
+
+    # -- around the cycle -------------------------------------------------------------
+
+    async def _heartbeat(self) -> None:
+        while True:
+            await anyio.sleep(self.settings.heartbeat_interval)
+            ids = [*self._running, *(j.id for j in self._unstarted)]
+            if not ids:
+                continue
+            try:
+                await self.queue.heartbeat(ids, worker=self.name)
+            except DATABASE_ERRORS as exc:
+                log.warning("worker %s: heartbeat failed (%s)", self.name, exc)
+
+    async def _reaper(self) -> None:
+        interval = self.settings.reap_interval
+        while True:
+            try:
+                reaped = await self.queue.reap(self.settings.visibility_timeout)
+                if reaped:
+                    log.warning("worker %s reaped %d expired jobs: %s", self.name, len(reaped),
+                                reaped)  # fmt: skip
+                    self._wake()
+            except DATABASE_ERRORS as exc:
+                log.warning("worker %s: reaper failed (%s)", self.name, exc)
+            await anyio.sleep(interval * (0.8 + random.random() * 0.4))
+
+    async def _listener(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """LISTEN on a connection of its own, in a thread; reconnect with backoff.
+
+        A thread rather than psycopg's async notifies() so that one listener
+        serves asyncio and trio alike.
+        """
+        token = anyio.lowlevel.current_token()
+        errors = 0
+        while True:
+            listening = anyio.Event()
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._announce_listening, listening, task_status)
+                try:
+                    await anyio.to_thread.run_sync(
+                        self._listen_blocking, token, listening, abandon_on_cancel=True
+                    )
+                except Exception as exc:
+                    log.warning("worker %s: listener lost (%s); polling meanwhile", self.name, exc)
+                tg.cancel_scope.cancel()
+            if not listening.is_set():
+                errors += 1
+            else:
+                errors = 0
+            # Only the first start reports to the caller; later ones report to nobody.
+            task_status = anyio.TASK_STATUS_IGNORED
+            await anyio.sleep(min(0.2 * 2**errors, 15.0))
+
+    async def _announce_listening(
+        self, listening: anyio.Event, task_status: TaskStatus[None]
+    ) -> None:
+        with anyio.move_on_after(self.settings.poll_interval):
+            await listening.wait()
+            # A notification sent while (re)connecting is lost: look now.
+            self._wake()
+        task_status.started()
+
+    def _listen_blocking(
+        self, token: anyio.lowlevel.EventLoopToken, listening: anyio.Event
+    ) -> None:
+        with psycopg.connect(self.queue.conninfo, autocommit=True) as conn:
+            conn.execute(self.queue.core.sql.listen)
+            anyio.from_thread.run_sync(listening.set, token=token)
+            while not self._listener_stop.is_set():
+                for _ in conn.notifies(timeout=0.5, stop_after=1):
+                    anyio.from_thread.run_sync(self._wake, token=token)
+
+    async def _on_signals(self) -> None:
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for signum in signals:
+                name = signal.Signals(signum).name
+                if self._stopping:
+                    log.warning(
+                        "worker %s: %s again, not waiting for running jobs", self.name, name
+                    )
+                    if self._runners_scope is not None:
+                        self._runners_scope.cancel()
+                else:
+                    log.info("worker %s: %s, stopping gracefully", self.name, name)
+                self.stop()

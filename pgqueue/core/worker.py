@@ -1,0 +1,140 @@
+"""A worker's settings and decisions, with no I/O: what to do with each outcome."""
+
+from __future__ import annotations
+
+import os
+import socket
+import traceback
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from .jobs import validate_kind, validate_kinds, validate_limit, validate_timeout
+
+__all__ = ["Handlers", "WorkerSettings", "describe_error", "unique_worker_name"]
+
+H = TypeVar("H", bound=Callable[..., Any])
+
+MAX_ERROR_LENGTH = 4000
+
+
+def unique_worker_name() -> str:
+    """``host:pid:suffix``: unique per worker, readable in ``locked_by``."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+def _seconds(value: float | timedelta | None, name: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be seconds or a timedelta, not {type(value).__name__}")
+    if not value > 0:
+        raise ValueError(f"{name} must be positive, got {value}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """A worker's validated settings; see `AsyncWorker` for their meaning."""
+
+    concurrency: int = 4
+    batch_size: int = 20
+    kinds: list[str] | None = None
+    poll_interval: float = 1.0
+    job_timeout: float | None = None
+    visibility_timeout: timedelta = timedelta(minutes=5)
+    grace_period: float = 30.0
+    name: str = field(default_factory=unique_worker_name)
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        concurrency: int,
+        batch_size: int,
+        kinds: Iterable[str] | None,
+        poll_interval: float | timedelta,
+        job_timeout: float | timedelta | None,
+        visibility_timeout: timedelta,
+        grace_period: float | timedelta,
+        name: str | None,
+    ) -> WorkerSettings:
+        poll = _seconds(poll_interval, "poll_interval")
+        grace = _seconds(grace_period, "grace_period")
+        assert poll is not None and grace is not None
+        return cls(
+            concurrency=validate_limit(concurrency),
+            batch_size=validate_limit(batch_size),
+            kinds=validate_kinds(kinds),
+            poll_interval=poll,
+            job_timeout=_seconds(job_timeout, "job_timeout"),
+            visibility_timeout=validate_timeout(visibility_timeout, "visibility_timeout"),
+            grace_period=grace,
+            name=validate_kind(name) if name is not None else unique_worker_name(),
+        )
+
+    @property
+    def heartbeat_interval(self) -> float:
+        """How often running jobs' leases are renewed: well inside the timeout."""
+        return self.visibility_timeout.total_seconds() / 4
+
+    @property
+    def reap_interval(self) -> float:
+        """How often this worker looks for other workers' expired leases."""
+        return min(self.visibility_timeout.total_seconds() / 2, 60.0)
+
+
+class Handlers:
+    """Which function runs which kind of job.
+
+    >>> handlers = Handlers()
+    >>> @handlers.register("send_receipt")
+    ... def send_receipt(job): ...
+    >>> handlers.get("send_receipt") is send_receipt
+    True
+    """
+
+    def __init__(self, handlers: Mapping[str, Callable[..., Any]] | None = None) -> None:
+        self._by_kind: dict[str, Callable[..., Any]] = {}
+        for kind, fn in (handlers or {}).items():
+            self.add(kind, fn)
+
+    def add(self, kind: str, fn: Callable[..., Any]) -> None:
+        validate_kind(kind)
+        if not callable(fn):
+            raise TypeError(f"the handler for {kind!r} is not callable")
+        self._by_kind[kind] = fn
+
+    def register(self, kind: str) -> Callable[[H], H]:
+        def decorate(fn: H) -> H:
+            self.add(kind, fn)
+            return fn
+
+        return decorate
+
+    def get(self, kind: str) -> Callable[..., Any] | None:
+        return self._by_kind.get(kind)
+
+    def kinds(self) -> list[str]:
+        return sorted(self._by_kind)
+
+
+class MissingHandler(LookupError):
+    """A claimed job's kind has no handler in this worker."""
+
+    def __init__(self, kind: str, known: list[str]) -> None:
+        super().__init__(f"no handler for job kind {kind!r} (this worker handles {known})")
+
+
+def describe_error(exc: BaseException) -> str:
+    """What `last_error` keeps: type, message and the last frames of the traceback."""
+    head = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    frames = traceback.format_tb(exc.__traceback__, limit=-3) if exc.__traceback__ else []
+    text = head + ("\n" + "".join(frames).rstrip() if frames else "")
+    if len(text) > MAX_ERROR_LENGTH:
+        text = text[: MAX_ERROR_LENGTH - 3] + "..."
+    return text.replace("\x00", "\\0")

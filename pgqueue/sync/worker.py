@@ -1,0 +1,110 @@
+"""`Worker`: the sync face of `AsyncWorker`.
+
+A `Worker` runs the very same worker cycle as `AsyncWorker` on a private
+asyncio event loop in the thread that calls `run()`; its handlers are
+plain functions and run in ``concurrency`` worker threads, and it reaches
+the database through the `Queue`'s own pool, from threads. No second copy
+of the cycle exists to drift from the first.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable, Mapping
+from datetime import timedelta
+from typing import Any
+
+import anyio
+
+from ..aio.queue import AsyncQueue
+from ..aio.worker import AsyncWorker
+from .queue import Queue
+
+__all__ = ["Worker"]
+
+
+class Worker:
+    """Run handlers for the jobs of a `Queue`, in threads.
+
+    ::
+
+        worker = pgqueue.Worker(queue, concurrency=4)
+
+        @worker.handler("send_receipt")
+        def send_receipt(job: pgqueue.Job) -> None:
+            mailer.send(job.payload["order_id"])
+
+        worker.run()   # until stop(), SIGINT or SIGTERM
+
+    The settings mean what they mean on `AsyncWorker`. A handler that
+    overruns ``job_timeout`` cannot be killed (Python threads cannot be):
+    its job is recorded as failed with a timeout error at once and retried
+    per backoff, while the thread runs on until the function returns and
+    its result is ignored. Give such handlers their own timeouts (socket,
+    HTTP client, ``statement_timeout``) so that they do return.
+    """
+
+    def __init__(
+        self,
+        queue: Queue,
+        handlers: Mapping[str, Callable[..., Any]] | None = None,
+        *,
+        concurrency: int = 4,
+        batch_size: int = 20,
+        kinds: Iterable[str] | None = None,
+        poll_interval: float | timedelta = 1.0,
+        job_timeout: float | timedelta | None = None,
+        visibility_timeout: timedelta = timedelta(minutes=5),
+        grace_period: float | timedelta = 30.0,
+        name: str | None = None,
+        handle_signals: bool = True,
+    ) -> None:
+        if not isinstance(queue, Queue):
+            raise TypeError(f"Worker needs a pgqueue.Queue, not {type(queue).__name__}")
+        # The same table and pool, reached from worker threads.
+        self.queue = queue
+        threaded = AsyncQueue(queue._driver.pool, table=queue.table, backoff=queue.core.backoff)
+        self._worker = AsyncWorker(
+            threaded,
+            handlers,
+            concurrency=concurrency,
+            batch_size=batch_size,
+            kinds=kinds,
+            poll_interval=poll_interval,
+            job_timeout=job_timeout,
+            visibility_timeout=visibility_timeout,
+            grace_period=grace_period,
+            name=name,
+            handle_signals=handle_signals,
+        )
+        for kind in self._worker.handlers.kinds():
+            _refuse_coroutine(kind, self._worker.handlers.get(kind))
+
+    @property
+    def name(self) -> str:
+        return self._worker.name
+
+    def handler(self, kind: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Register the decorated plain function as the handler of ``kind``."""
+
+        def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+            _refuse_coroutine(kind, fn)
+            return self._worker.handler(kind)(fn)
+
+        return register
+
+    def run(self, *, until_empty: bool = False) -> None:
+        """Work until `stop` (or, with ``until_empty``, until nothing is ready or running)."""
+        self.queue.open()
+        anyio.run(functools.partial(self._worker.run, until_empty=until_empty))
+
+    def stop(self) -> None:
+        """Stop gracefully; callable from any thread or from a handler."""
+        self._worker.stop()
+
+
+def _refuse_coroutine(kind: str, fn: Any) -> None:
+    import inspect
+
+    if inspect.iscoroutinefunction(fn):
+        raise TypeError(f"the handler for {kind!r} is async; use AsyncWorker for async handlers")

@@ -135,3 +135,25 @@ async def make_business(backend: str, dsn: str, *, orders: str) -> AsyncIterator
     finally:
         await b.execute("DROP TABLE IF EXISTS {orders}")
         await close()
+
+
+class WorkerUnderTest:
+    """A worker of the backend under test, with an awaitable `run`."""
+
+    def __init__(self, backend: str, queue: Any, handlers: dict[str, Any], **options: Any) -> None:
+        options.setdefault("handle_signals", False)
+        self.backend = backend
+        if backend == "sync":
+            self.worker: Any = pgqueue.Worker(queue.sync, handlers, **options)
+        else:
+            self.worker = pgqueue.AsyncWorker(queue, handlers, **options)
+
+    async def run(self, *, until_empty: bool = False) -> None:
+        if self.backend == "sync":
+            run = functools.partial(self.worker.run, until_empty=until_empty)
+            await anyio.to_thread.run_sync(run)
+        else:
+            await self.worker.run(until_empty=until_empty)
+
+    def stop(self) -> None:
+        self.worker.stop()

@@ -18,7 +18,6 @@ import logging
 import random
 import signal
 import threading
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import nullcontext, suppress
 from dataclasses import dataclass
@@ -123,7 +122,7 @@ class AsyncWorker:
         self._job_done = anyio.Event()
         self._flush_lock = anyio.Lock()
         self._running: dict[int, Job] = {}
-        self._unstarted: deque[Job] = deque()
+        self._unstarted: list[Job] = []
         self._outcomes: list[Outcome] = []
         self._listener_stop = threading.Event()
         self._limiter = anyio.CapacityLimiter(self.settings.concurrency)
@@ -217,6 +216,9 @@ class AsyncWorker:
                 return
             errors = 0
             while True:
+                # Nothing running before the flush and claim below, and still
+                # nothing to claim after: the queue is drained.
+                quiet = not self._running and not self._unstarted
                 try:
                     with anyio.CancelScope(shield=True):
                         # Shielded: a claim that committed is never dropped on the floor.
@@ -231,21 +233,22 @@ class AsyncWorker:
                     await self._pause_after_error("claim", exc, errors)
                     continue
                 if not jobs:
-                    if until_empty and not self._running and not self._outcomes:
+                    if until_empty and quiet and not self._outcomes:
                         return
                     await self._wait_for_work(until_empty)
                     continue
                 log.debug("worker %s claimed %d jobs", self.name, len(jobs))
+                # A job leaves _unstarted only when a runner takes it.
                 self._unstarted.extend(jobs)
-                while self._unstarted:
-                    await send.send(self._unstarted[0])
-                    self._unstarted.popleft()
+                for job in jobs:
+                    await send.send(job)
 
     async def _wait_for_work(self, until_empty: bool) -> None:
         if until_empty:
-            # Something is still running: its outcome may free more work.
+            # Something was running: its outcome may free more work.
             self._job_done = anyio.Event()
-            await self._job_done.wait()
+            if self._running:
+                await self._job_done.wait()
             return
         self._wakeup = anyio.Event()
         with anyio.move_on_after(self.settings.poll_interval):
@@ -254,8 +257,9 @@ class AsyncWorker:
     async def _runner(self, receive: MemoryObjectReceiveStream[Job]) -> None:
         async with receive:
             async for job in receive:
-                # No checkpoint between receiving and recording: a job is
-                # always either unstarted (to release) or running (to record).
+                # No checkpoint between these two lines: a job is always
+                # either unstarted (to release) or running (to record).
+                self._unstarted.remove(job)
                 self._running[job.id] = job
                 try:
                     await self._run_one(job)
@@ -334,7 +338,7 @@ class AsyncWorker:
                     log.debug("job %d is now %s", job_id, status)
 
     async def _release_unstarted(self) -> None:
-        jobs = [j for j in self._unstarted if j.id not in self._running]
+        jobs = list(self._unstarted)
         self._unstarted.clear()
         if not jobs:
             return

@@ -227,7 +227,7 @@ def test_negative_retry_in_is_refused(counts: tuple[int, int], retry_in: timedel
 
 @pytest.mark.parametrize("retry_in", [5, 1.5, "5 seconds"])
 def test_retry_in_that_is_not_a_timedelta_is_refused(retry_in: Any) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(TypeError, match="timedelta"):
         QueueCore("t").failure(running_job(1, 3), "x", retry_in=retry_in, event=Event.FAIL)
 
 

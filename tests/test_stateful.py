@@ -141,7 +141,10 @@ class QueueMachine(RuleBasedStateMachine):
             for i, j in self.model.items()
             if j.status is JobStatus.PENDING and j.ready and j.kind in wanted
         }
-        jobs = self.queue.claim(limit, worker="machine", kinds=kinds)
+        # Every claim by a worker of its own, as after a crash and a restart.
+        self.claim_count = getattr(self, "claim_count", 0) + 1
+        worker = f"machine-{self.claim_count}"
+        jobs = self.queue.claim(limit, worker=worker, kinds=kinds)
         # Nobody else claims, so SKIP LOCKED skips nothing: as many as asked, if there are.
         assert len(jobs) == min(limit, len(claimable))
         assert len({j.id for j in jobs}) == len(jobs)
@@ -158,7 +161,7 @@ class QueueMachine(RuleBasedStateMachine):
                 {"n": before.payload},
                 before.max_attempts,
             )
-            assert job.locked_by == "machine"
+            assert job.locked_by == worker
             assert job.locked_at is not None
             self.claims[job.id] = job
 
@@ -223,17 +226,20 @@ class QueueMachine(RuleBasedStateMachine):
                 assert error.startswith("lease expired")
 
     def fenced_stale_claims(self) -> list[Job]:
-        """Stale claims whose late report the attempts fence must refuse.
-
-        A stale claim is fenced off when its row is no longer running, or is
-        running under a different attempt. A retried job's attempts restart
-        at 0, so a stale claim can carry the same count as a newer claim of the
-        same job; the attempts fence cannot tell those apart, so they are left out.
-        """
+        """Stale claims whose late report the fence must refuse: every one whose
+        row is no longer running under that very claim (same attempts, same
+        worker). A retried job's attempts restart at 0, so a newer claim can
+        carry a stale claim's count; the worker's name tells them apart."""
         fenced = []
         for job in self.stale:
             now = self.model.get(job.id)
-            if now is None or now.status is not JobStatus.RUNNING or now.attempts != job.attempts:
+            current = self.claims.get(job.id)
+            if (
+                now is None
+                or now.status is not JobStatus.RUNNING
+                or current is None
+                or (current.attempts, current.locked_by) != (job.attempts, job.locked_by)
+            ):
                 fenced.append(job)
         return fenced
 

@@ -19,9 +19,10 @@ from typing import Any, Protocol, TypeVar
 import anyio
 import anyio.to_thread
 import psycopg
+from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from ..core.ops import Copy, Operation, Rows, Step
+from ..core.ops import Copy, Operation, Rows, Step, needs_transaction
 from ..sync import driver as sync_driver
 
 __all__ = ["CallerConnection", "Driver", "PoolTarget", "make_driver"]
@@ -67,7 +68,8 @@ async def run_on(conn: CallerConnection, op: Operation[T]) -> T:
             "a psycopg.AsyncConnection only works on asyncio; pass a psycopg.Connection"
         )
     async with AsyncExitStack() as stack:
-        if op.atomic:
+        idle = conn.info.transaction_status == TransactionStatus.IDLE
+        if needs_transaction(op, autocommit=conn.autocommit, idle=idle):
             await stack.enter_async_context(conn.transaction())
         plan = op.plan
         try:

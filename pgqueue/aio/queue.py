@@ -125,14 +125,16 @@ class AsyncQueue:
         The jobs become ``running``, locked by ``worker``, with one more
         attempt counted. Concurrent claimers never receive the same job.
         """
-        op = self.core.claim(limit, worker=worker or default_worker_name(), kinds=kinds)
+        name = default_worker_name() if worker is None else worker
+        op = self.core.claim(limit, worker=name, kinds=kinds)
         return await self._driver.run(op)
 
     async def complete(self, *jobs_or_ids: Job | int) -> int:
         """Record success: delete the running jobs given, in one statement.
 
-        Returns how many were deleted; a job that is not running (because its
-        lease expired and it was reclaimed, say) is left alone.
+        Returns how many were deleted. A job that is not running is left
+        alone; a running job is deleted whoever holds it (workers record their
+        successes through `settle`, which only deletes their own claims).
         """
         done: list[int] = await self._driver.run(self.core.complete(jobs_or_ids))
         return len(done)
@@ -172,10 +174,10 @@ class AsyncQueue:
         return await self._driver.run(self.core.stats())
 
     async def settle(
-        self, succeeded: Sequence[int], failures: Sequence[Failure]
+        self, succeeded: Sequence[int], failures: Sequence[Failure], *, worker: str
     ) -> tuple[list[int], dict[int, JobStatus]]:
-        """Record a worker's batch of outcomes (see `QueueCore.settle`)."""
-        return await self._driver.run(self.core.settle(succeeded, failures))
+        """Record ``worker``'s batch of outcomes (see `QueueCore.settle`)."""
+        return await self._driver.run(self.core.settle(succeeded, failures, worker=worker))
 
     async def heartbeat(self, job_ids: Sequence[int], *, worker: str) -> list[int]:
         """Renew the leases of ``worker``'s running jobs; return those still held."""

@@ -321,7 +321,7 @@ class AsyncWorker:
                 succeeded = [o.job.id for o in batch if o.failure is None]
                 failures = [o.failure for o in batch if o.failure is not None]
                 try:
-                    done, written = await self.queue.settle(succeeded, failures)
+                    done, written = await self.queue.settle(succeeded, failures, worker=self.name)
                 except DATABASE_ERRORS as exc:
                     self._outcomes[:0] = batch
                     errors += 1
@@ -344,7 +344,7 @@ class AsyncWorker:
             return
         failures = [self.queue.core.failure(j, "released", event=Event.RELEASE) for j in jobs]
         try:
-            await self.queue.settle([], failures)
+            await self.queue.settle([], failures, worker=self.name)
             log.info("worker %s released %d unstarted jobs", self.name, len(jobs))
         except DATABASE_ERRORS as exc:
             log.warning("worker %s could not release %d jobs (%s); the reaper will", self.name,

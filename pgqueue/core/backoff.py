@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -35,21 +36,23 @@ class Backoff:
             raise ValueError("Backoff.base must be a non-negative timedelta")
         if not isinstance(self.cap, timedelta) or self.cap < timedelta(0):
             raise ValueError("Backoff.cap must be a non-negative timedelta")
-        if not self.factor >= 1:
-            raise ValueError("Backoff.factor must be at least 1")
+        if not (self.factor >= 1 and math.isfinite(self.factor)):
+            raise ValueError("Backoff.factor must be a finite number, at least 1")
         if not 0 <= self.jitter <= 1:
             raise ValueError("Backoff.jitter must be between 0 and 1")
 
     def bounds(self, attempts: int) -> tuple[timedelta, timedelta]:
         """The smallest and largest delay `delay(attempts)` can return."""
-        cap = self.cap.total_seconds()
+        base = self.base.total_seconds()
         try:
-            raw = self.base.total_seconds() * self.factor ** max(attempts, 0)
+            raw = base * self.factor ** max(attempts, 0) if base else 0.0
         except OverflowError:
-            raw = cap
-        low = min(raw, cap)
-        high = min(raw * (1 + self.jitter), cap)
-        return timedelta(seconds=low), timedelta(seconds=high)
+            raw = math.inf
+        return self._capped(raw), self._capped(raw * (1 + self.jitter))
+
+    def _capped(self, seconds: float) -> timedelta:
+        # Compare in seconds, return the cap itself: no float round trip past it.
+        return self.cap if seconds >= self.cap.total_seconds() else timedelta(seconds=seconds)
 
     def delay(self, attempts: int) -> timedelta:
         """The wait after a job's `attempts`-th failed attempt."""

@@ -76,6 +76,7 @@ class Failure:
 
     job_id: int
     attempts: int
+    locked_by: str | None
     new_attempts: int
     status: JobStatus
     delay: timedelta
@@ -204,10 +205,11 @@ class QueueCore:
         """Decide what a failed, expired or released job becomes."""
         if not isinstance(job, Job):
             raise TypeError(f"expected a Job, got {type(job).__name__}")
-        if retry_in is not None and (
-            not isinstance(retry_in, timedelta) or retry_in < timedelta(0)
-        ):
-            raise ValueError(f"retry_in must be a non-negative timedelta, got {retry_in!r}")
+        if retry_in is not None:
+            if not isinstance(retry_in, timedelta):
+                raise TypeError(f"retry_in must be a timedelta, not {type(retry_in).__name__}")
+            if retry_in < timedelta(0):
+                raise ValueError(f"retry_in must not be negative, got {retry_in}")
         status = next_state(job.status, event, attempts=job.attempts, max_attempts=job.max_attempts)
         assert isinstance(status, JobStatus)
         new_attempts = job.attempts
@@ -222,7 +224,7 @@ class QueueCore:
         else:
             delay = self.backoff.delay(job.attempts)
         text = None if event is Event.RELEASE else error_text(error)
-        return Failure(job.id, job.attempts, new_attempts, status, delay, text)
+        return Failure(job.id, job.attempts, job.locked_by, new_attempts, status, delay, text)
 
     def record_failures(self, failures: Sequence[Failure]) -> Operation[dict[int, JobStatus]]:
         def plan() -> Plan[dict[int, JobStatus]]:
@@ -244,16 +246,17 @@ class QueueCore:
             ) from None
 
     def settle(
-        self, succeeded: Sequence[int], failures: Sequence[Failure]
+        self, succeeded: Sequence[int], failures: Sequence[Failure], *, worker: str
     ) -> Operation[tuple[list[int], dict[int, JobStatus]]]:
         """A worker's batch of outcomes: at most one statement for the successes
-        and one for the failures, whatever the batch's size."""
+        and one for the failures, whatever the batch's size. Successes are
+        fenced by the worker's name, failures by their claim."""
 
         def plan() -> Plan[tuple[list[int], dict[int, JobStatus]]]:
             done: list[int] = []
             written: dict[int, JobStatus] = {}
             if succeeded:
-                rows = yield Query(self.sql.complete, (list(succeeded),))
+                rows = yield Query(self.sql.complete_claimed, (list(succeeded), worker))
                 done = [r[0] for r in rows]
             if failures:
                 rows = yield self._failures_query(failures)
@@ -268,6 +271,7 @@ class QueueCore:
             (
                 [f.job_id for f in failures],
                 [f.attempts for f in failures],
+                [f.locked_by for f in failures],
                 [f.new_attempts for f in failures],
                 [f.status.value for f in failures],
                 [f.delay for f in failures],
@@ -282,7 +286,7 @@ class QueueCore:
             rows = yield Query(self.sql.expired, (timeout,))
             failures = [
                 self.failure(
-                    _running_stub(job_id, attempts, max_attempts),
+                    _running_stub(job_id, attempts, max_attempts, locked_by),
                     f"lease expired: no word from worker {locked_by!r} for {timeout}",
                     event=Event.EXPIRE,
                 )
@@ -351,7 +355,7 @@ class QueueCore:
         return Operation(plan())
 
 
-def _running_stub(job_id: int, attempts: int, max_attempts: int) -> Job:
+def _running_stub(job_id: int, attempts: int, max_attempts: int, locked_by: str | None) -> Job:
     """Just enough of a running job for the state machine to judge it."""
     epoch = datetime.min
     return Job(
@@ -363,10 +367,23 @@ def _running_stub(job_id: int, attempts: int, max_attempts: int) -> Job:
         status=JobStatus.RUNNING,
         run_at=epoch,
         last_error=None,
-        locked_by=None,
+        locked_by=locked_by,
         locked_at=None,
         created_at=epoch,
     )
+
+
+def needs_transaction(op: Operation[Any], *, autocommit: bool, idle: bool) -> bool:
+    """Whether to wrap `op` in ``conn.transaction()`` on a connection in this state.
+
+    A multi-step plan must be atomic. In autocommit mode ``transaction()``
+    gives that (BEGIN ... COMMIT), and inside a transaction it gives a
+    savepoint. On a connection that is not in autocommit mode and has not
+    begun a transaction yet, psycopg's ``transaction()`` would begin *and
+    commit* one behind the caller's back; there the plan's first statement
+    opens the caller's own transaction, which is atomic already.
+    """
+    return op.atomic and (autocommit or not idle)
 
 
 def drive(plan: Plan[T], perform: Callable[[Step], Rows]) -> T:

@@ -155,8 +155,9 @@ RETURNING {jcols}"""
         )
 
         # Failure, expiry and release for a batch of jobs, each with the next
-        # state the state machine chose. `attempts` fences the write: a job
-        # that was reclaimed since (a new claim bumped attempts) is left alone.
+        # state the state machine chose. The claim's attempts and locked_by
+        # fence the write: a job reclaimed since (by a new claim, which bumps
+        # attempts, or by another worker after a retry reset them) is left alone.
         self.record_failures = _render(
             """
 UPDATE {table} AS j
@@ -166,9 +167,11 @@ UPDATE {table} AS j
        locked_at = NULL,
        locked_by = NULL,
        last_error = COALESCE(f.error, j.last_error)
-  FROM unnest(%s::bigint[], %s::integer[], %s::integer[], %s::text[], %s::interval[], %s::text[])
-       AS f(id, attempts, new_attempts, status, delay, error)
- WHERE j.id = f.id AND j.status = 'running' AND j.attempts = f.attempts
+  FROM unnest(%s::bigint[], %s::integer[], %s::text[], %s::integer[], %s::text[],
+              %s::interval[], %s::text[])
+       AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+ WHERE j.id = f.id AND j.status = 'running'
+   AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
 RETURNING j.id, j.status""",
             **names,
         )
@@ -188,6 +191,16 @@ SELECT id, attempts, max_attempts, locked_by FROM {table}
         self.heartbeat = _render(
             """
 UPDATE {table} SET locked_at = now()
+ WHERE id = ANY(%s::bigint[]) AND status = 'running' AND locked_by = %s
+RETURNING id""",
+            **names,
+        )
+
+        # A worker's successes: fenced by its name, so a worker whose lease
+        # expired cannot delete a job that another worker now runs.
+        self.complete_claimed = _render(
+            """
+DELETE FROM {table}
  WHERE id = ANY(%s::bigint[]) AND status = 'running' AND locked_by = %s
 RETURNING id""",
             **names,

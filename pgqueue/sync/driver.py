@@ -10,9 +10,10 @@ from functools import partial
 from typing import Any, TypeVar
 
 import psycopg
+from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from ..core.ops import Copy, Operation, Rows, Step, drive
+from ..core.ops import Copy, Operation, Rows, Step, drive, needs_transaction
 
 __all__ = ["CallerConnection", "Driver", "PoolTarget", "make_driver", "run_on"]
 
@@ -39,7 +40,8 @@ def run_on(conn: psycopg.Connection[Any], op: Operation[T]) -> T:
     """Run `op` on `conn`; a multi-step plan runs in a transaction (or savepoint)."""
     if not isinstance(conn, psycopg.Connection):
         raise TypeError(f"conn must be a psycopg.Connection here, not {type(conn).__name__}")
-    if op.atomic:
+    idle = conn.info.transaction_status == TransactionStatus.IDLE
+    if needs_transaction(op, autocommit=conn.autocommit, idle=idle):
         with conn.transaction():
             return drive(op.plan, partial(perform, conn))
     return drive(op.plan, partial(perform, conn))

@@ -10,6 +10,8 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import anyio
+import anyio.to_thread
+import psycopg
 import pytest
 
 import pgqueue
@@ -374,3 +376,45 @@ async def test_schema_qualified_table(dsn: str, table: str, backend: str, raw: R
             assert [j.id for j in await q.claim()] == [job_id]
     finally:
         raw.rows(f"DROP SCHEMA {table}_s CASCADE")
+
+
+async def test_stale_claim_cannot_fail_a_job_retried_and_reclaimed_by_another_worker(
+    queue: Any, raw: Raw
+) -> None:
+    job_id = await queue.enqueue("a", max_attempts=1)
+    [stale] = await queue.claim(worker="A")
+    raw.rows("UPDATE {table} SET locked_at = now() - interval '1 hour'")
+    await queue.reap(timedelta(minutes=5))  # dead: its only attempt expired
+    await queue.retry([job_id])
+    [fresh] = await queue.claim(worker="B")
+    assert fresh.attempts == stale.attempts == 1  # the same count, another claim
+    with pytest.raises(pgqueue.JobNotRunning):
+        await queue.fail(stale, "late news from A")
+    current = await queue.get(job_id)
+    assert (current.status, current.locked_by) == (JobStatus.RUNNING, "B")
+
+
+@pytest.mark.parametrize("size", [3, 500], ids=["insert", "copy"])
+async def test_enqueue_many_joins_the_implicit_transaction_of_a_non_autocommit_connection(
+    queue: Any, raw: Raw, dsn: str, backend: str, size: int
+) -> None:
+    specs = [("pack", i) for i in range(size)]
+    if backend == "asyncio":
+        aconn = await psycopg.AsyncConnection.connect(dsn)
+        try:
+            await queue.enqueue_many(specs, conn=aconn)
+            await aconn.rollback()
+        finally:
+            await aconn.close()
+    else:
+
+        def open_conn() -> psycopg.Connection[Any]:
+            return psycopg.connect(dsn)
+
+        conn = await anyio.to_thread.run_sync(open_conn)
+        try:
+            await queue.enqueue_many(specs, conn=conn)
+            await anyio.to_thread.run_sync(conn.rollback)
+        finally:
+            await anyio.to_thread.run_sync(conn.close)
+    assert raw.count() == 0

@@ -87,6 +87,8 @@ async def test_bad_claim_reap_and_fail_arguments(queue: Any, raw: Raw) -> None:
         await queue.claim(kinds="k")
     with pytest.raises(ValueError, match="at least one kind"):
         await queue.claim(kinds=[])
+    with pytest.raises(ValueError, match="worker"):
+        await queue.claim(worker="")
     with pytest.raises(TypeError, match="timedelta"):
         await queue.reap(300)
     with pytest.raises(ValueError, match="positive"):

@@ -9,11 +9,11 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 from .jobs import validate_kind, validate_kinds, validate_limit, validate_timeout
 
-__all__ = ["Handlers", "WorkerSettings", "describe_error", "unique_worker_name"]
+__all__ = ["Handlers", "WorkerOptions", "WorkerSettings", "describe_error", "unique_worker_name"]
 
 H = TypeVar("H", bound=Callable[..., Any])
 
@@ -35,6 +35,20 @@ def _seconds(value: float | timedelta | None, name: str) -> float | None:
     if not value > 0:
         raise ValueError(f"{name} must be positive, got {value}")
     return float(value)
+
+
+class WorkerOptions(TypedDict, total=False):
+    """The keyword options `AsyncWorker` takes, which `Worker` passes through."""
+
+    concurrency: int
+    batch_size: int
+    kinds: Iterable[str] | None
+    poll_interval: float | timedelta
+    job_timeout: float | timedelta | None
+    visibility_timeout: timedelta
+    grace_period: float | timedelta
+    name: str | None
+    handle_signals: bool
 
 
 @dataclass(frozen=True)

@@ -10,15 +10,18 @@ of the cycle exists to drift from the first.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Mapping
-from datetime import timedelta
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from ..aio.queue import AsyncQueue
 from ..aio.worker import AsyncWorker
+from ..core.worker import WorkerOptions
 from .queue import Queue
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["Worker"]
 
@@ -36,7 +39,8 @@ class Worker:
 
         worker.run()   # until stop(), SIGINT or SIGTERM
 
-    The settings mean what they mean on `AsyncWorker`. A handler that
+    It takes `AsyncWorker`'s keyword options (`WorkerOptions`), with the
+    same meaning and defaults. A handler that
     overruns ``job_timeout`` cannot be killed (Python threads cannot be):
     its job is recorded as failed with a timeout error at once and retried
     per backoff, while the thread runs on until the function returns and
@@ -48,35 +52,14 @@ class Worker:
         self,
         queue: Queue,
         handlers: Mapping[str, Callable[..., Any]] | None = None,
-        *,
-        concurrency: int = 4,
-        batch_size: int = 20,
-        kinds: Iterable[str] | None = None,
-        poll_interval: float | timedelta = 1.0,
-        job_timeout: float | timedelta | None = None,
-        visibility_timeout: timedelta = timedelta(minutes=5),
-        grace_period: float | timedelta = 30.0,
-        name: str | None = None,
-        handle_signals: bool = True,
+        **options: Unpack[WorkerOptions],
     ) -> None:
         if not isinstance(queue, Queue):
             raise TypeError(f"Worker needs a pgqueue.Queue, not {type(queue).__name__}")
-        # The same table and pool, reached from worker threads.
         self.queue = queue
+        # The same table and pool, reached from worker threads.
         threaded = AsyncQueue(queue._driver.pool, table=queue.table, backoff=queue.core.backoff)
-        self._worker = AsyncWorker(
-            threaded,
-            handlers,
-            concurrency=concurrency,
-            batch_size=batch_size,
-            kinds=kinds,
-            poll_interval=poll_interval,
-            job_timeout=job_timeout,
-            visibility_timeout=visibility_timeout,
-            grace_period=grace_period,
-            name=name,
-            handle_signals=handle_signals,
-        )
+        self._worker = AsyncWorker(threaded, handlers, **options)
         for kind in self._worker.handlers.kinds():
             _refuse_coroutine(kind, self._worker.handlers.get(kind))
 

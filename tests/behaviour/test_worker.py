@@ -256,3 +256,37 @@ async def test_async_handlers_run_on_the_async_worker_and_are_refused_by_the_syn
     else:
         await WorkerUnderTest(backend, queue, {"a": handler}).run(until_empty=True)
         assert handled == [job_id]
+
+
+async def test_worker_survives_its_connections_being_killed_and_loses_nothing(
+    queue: Any, raw: Raw, backend: str
+) -> None:
+    handled: Counter[int] = Counter()
+    lock = threading.Lock()
+    killed = threading.Event()
+    ids = await queue.enqueue_many([("work", i) for i in range(300)])
+    me = raw.one("SELECT pg_backend_pid()")
+
+    def work(job: pgqueue.Job) -> None:
+        with lock:
+            handled[job.id] += 1
+            first_kill = len(handled) == 100 and not killed.is_set()
+            if first_kill:
+                killed.set()
+        if first_kill:
+            # Every other session of this database: the pool's and the listener's.
+            raw.rows(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> %s AND backend_type = 'client backend'",
+                me,
+            )
+
+    # A short lease, so that a claim lost with its connection comes back.
+    worker = WorkerUnderTest(backend, queue, {"work": work}, poll_interval=0.2,
+                             visibility_timeout=timedelta(seconds=2))  # fmt: skip
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.run)
+        await wait_until(lambda: raw.count() == 0, "drained")
+        worker.stop()
+    assert killed.is_set()
+    assert set(handled) == set(ids)  # at least once each; none lost

@@ -22,7 +22,7 @@ import psycopg
 from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from ..core.ops import Copy, Operation, Rows, Step, needs_transaction
+from ..core.ops import Copy, Operation, Pipeline, Step, needs_transaction
 from ..sync import driver as sync_driver
 
 __all__ = ["CallerConnection", "Driver", "PoolTarget", "make_driver"]
@@ -44,12 +44,15 @@ def on_asyncio() -> bool:
     return True
 
 
-async def perform(conn: psycopg.AsyncConnection[Any], step: Step) -> Rows:
+async def perform(conn: psycopg.AsyncConnection[Any], step: Step) -> Any:
+    if isinstance(step, Pipeline):
+        async with conn.pipeline(), conn.transaction():
+            cursors = [await conn.execute(q.query, q.params) for q in step.queries]
+        return [await cur.fetchall() if cur.description is not None else [] for cur in cursors]
     async with conn.cursor() as cur:
         if isinstance(step, Copy):
             async with cur.copy(step.query) as copy:
-                for row in step.rows:
-                    await copy.write_row(row)
+                await copy.write(step.data)
             return []
         await cur.execute(step.query, step.params)
         return await cur.fetchall() if cur.description is not None else []
@@ -164,7 +167,6 @@ class Driver:
                 min_size=1,
                 max_size=self._max_size,
                 kwargs={"autocommit": True},
-                check=AsyncConnectionPool.check_connection,
                 open=False,
                 name="pgqueue",
             )

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..core.backoff import Backoff
 from ..core.jobs import Job, JobSpec, JobStatus, Stats, default_worker_name
-from ..core.ops import Failure, QueueCore
+from ..core.ops import Cycle, Failure, QueueCore
 from ..core.states import Event
 from .driver import CallerConnection, PoolTarget, make_driver
 
@@ -178,6 +178,19 @@ class AsyncQueue:
     ) -> tuple[list[int], dict[int, JobStatus]]:
         """Record ``worker``'s batch of outcomes (see `QueueCore.settle`)."""
         return await self._driver.run(self.core.settle(succeeded, failures, worker=worker))
+
+    async def cycle(
+        self,
+        succeeded: Sequence[int],
+        failures: Sequence[Failure],
+        *,
+        worker: str,
+        limit: int,
+        kinds: Iterable[str] | None = None,
+    ) -> Cycle:
+        """Record ``worker``'s outcomes and claim its next batch in one round trip."""
+        op = self.core.cycle(succeeded, failures, worker=worker, limit=limit, kinds=kinds)
+        return await self._driver.run(op)
 
     async def heartbeat(self, job_ids: Sequence[int], *, worker: str) -> list[int]:
         """Renew the leases of ``worker``'s running jobs; return those still held."""

@@ -13,11 +13,11 @@ with plain-function handlers in worker threads.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import random
 import signal
 import threading
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import nullcontext, suppress
 from dataclasses import dataclass
@@ -31,9 +31,8 @@ import anyio.to_thread
 import psycopg
 import psycopg_pool
 from anyio.abc import TaskStatus
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from ..core.jobs import Job
+from ..core.jobs import Job, JobStatus
 from ..core.ops import Failure
 from ..core.states import Event
 from ..core.worker import Handlers, MissingHandler, WorkerSettings, describe_error
@@ -45,6 +44,11 @@ log = logging.getLogger("pgqueue.worker")
 
 # What a lost or refused database looks like; the worker waits and retries.
 DATABASE_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError, psycopg_pool.PoolTimeout)
+
+
+# How long an outcome waits for the feeder's next claim to carry it before
+# the completer records it on its own.
+OUTCOME_LINGER = 0.02
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +126,10 @@ class AsyncWorker:
         self._job_done = anyio.Event()
         self._flush_lock = anyio.Lock()
         self._running: dict[int, Job] = {}
-        self._unstarted: list[Job] = []
+        self._unstarted: deque[Job] = deque()
+        self._work_ready = anyio.Event()
+        self._drained = anyio.Event()
+        self._closed = False
         self._outcomes: list[Outcome] = []
         self._listener_stop = threading.Event()
         self._limiter = anyio.CapacityLimiter(self.settings.concurrency)
@@ -195,38 +202,37 @@ class AsyncWorker:
     # -- the cycle ----------------------------------------------------------------
 
     async def _work(self, until_empty: bool) -> None:
-        send, receive = anyio.create_memory_object_stream[Job]()
+        self._closed = False
         async with anyio.create_task_group() as runners:
             self._runners_scope = runners.cancel_scope
             for _ in range(self.settings.concurrency):
-                runners.start_soon(self._runner, receive.clone())
-            receive.close()
+                runners.start_soon(self._runner)
             try:
-                await self._feed(send, until_empty)
+                await self._feed(until_empty)
             finally:
-                send.close()
+                # Stop handing out jobs, and give back those never started.
+                self._closed = True
+                unstarted = list(self._unstarted)
+                self._unstarted.clear()
+                self._work_ready.set()
                 with anyio.CancelScope(shield=True):
-                    await self._release_unstarted()
+                    await self._release(unstarted)
                 # Running jobs get the grace period, then are interrupted.
                 runners.cancel_scope.deadline = anyio.current_time() + self.settings.grace_period
 
-    async def _feed(self, send: MemoryObjectSendStream[Job], until_empty: bool) -> None:
+    async def _feed(self, until_empty: bool) -> None:
         with anyio.CancelScope() as self._feed_scope:
             if self._stopping:
                 return
             errors = 0
             while True:
-                # Nothing running before the flush and claim below, and still
-                # nothing to claim after: the queue is drained.
+                # Nothing running before the claim below, and still nothing
+                # to claim after it: the queue is drained.
                 quiet = not self._running and not self._unstarted
                 try:
                     with anyio.CancelScope(shield=True):
                         # Shielded: a claim that committed is never dropped on the floor.
-                        if until_empty:
-                            await self._flush()
-                        jobs = await self.queue.claim(
-                            self.settings.batch_size, worker=self.name, kinds=self.settings.kinds
-                        )
+                        jobs = await self._settle_and_claim()
                     errors = 0
                 except DATABASE_ERRORS as exc:
                     errors += 1
@@ -238,10 +244,14 @@ class AsyncWorker:
                     await self._wait_for_work(until_empty)
                     continue
                 log.debug("worker %s claimed %d jobs", self.name, len(jobs))
-                # A job leaves _unstarted only when a runner takes it.
                 self._unstarted.extend(jobs)
-                for job in jobs:
-                    await send.send(job)
+                self._work_ready.set()
+                self._work_ready = anyio.Event()
+                # Claim the next batch as soon as this one is handed out, so
+                # that it is ready when the runners are.
+                self._drained = anyio.Event()
+                if self._unstarted:
+                    await self._drained.wait()
 
     async def _wait_for_work(self, until_empty: bool) -> None:
         if until_empty:
@@ -254,18 +264,22 @@ class AsyncWorker:
         with anyio.move_on_after(self.settings.poll_interval):
             await self._wakeup.wait()
 
-    async def _runner(self, receive: MemoryObjectReceiveStream[Job]) -> None:
-        async with receive:
-            async for job in receive:
-                # No checkpoint between these two lines: a job is always
-                # either unstarted (to release) or running (to record).
-                self._unstarted.remove(job)
-                self._running[job.id] = job
-                try:
-                    await self._run_one(job)
-                finally:
-                    del self._running[job.id]
-                    self._job_done.set()
+    async def _runner(self) -> None:
+        while not self._closed:
+            if not self._unstarted:
+                await self._work_ready.wait()
+                continue
+            # No checkpoint from here to _run_one: a job is always either
+            # unstarted (to release) or running (to record).
+            job = self._unstarted.popleft()
+            if not self._unstarted:
+                self._drained.set()
+            self._running[job.id] = job
+            try:
+                await self._run_one(job)
+            finally:
+                del self._running[job.id]
+                self._job_done.set()
 
     async def _run_one(self, job: Job) -> None:
         handler = self.handlers.get(job.kind)
@@ -274,7 +288,7 @@ class AsyncWorker:
             if handler is None:
                 raise MissingHandler(job.kind, self.handlers.kinds())
             with anyio.fail_after(timeout) if timeout is not None else nullcontext():
-                if inspect.iscoroutinefunction(handler):
+                if self.handlers.is_async(job.kind):
                     await handler(job)
                 else:
                     # Abandoned on timeout: a thread cannot be killed; see the docs.
@@ -306,12 +320,44 @@ class AsyncWorker:
         self._outcome_ready.set()
 
     async def _completer(self) -> None:
-        # Outcomes that arrive while a flush is in flight wait for the next
-        # one: under load the batches grow by themselves.
+        # Outcomes normally ride along with the feeder's next claim (one
+        # transaction for both). Those the feeder has not taken a moment
+        # after they arrived (its runners are busy with slow jobs, say) are
+        # recorded here, all that have gathered in one go.
         while True:
             await self._outcome_ready.wait()
+            await anyio.sleep(OUTCOME_LINGER)
             self._outcome_ready = anyio.Event()
             await self._flush()
+
+    async def _settle_and_claim(self) -> list[Job]:
+        """Record every outcome waiting and claim the next batch, together."""
+        async with self._flush_lock:
+            batch, self._outcomes = self._outcomes, []
+            try:
+                turn = await self.queue.cycle(
+                    [o.job.id for o in batch if o.failure is None],
+                    [o.failure for o in batch if o.failure is not None],
+                    worker=self.name,
+                    limit=self.settings.batch_size,
+                    kinds=self.settings.kinds,
+                )
+            except BaseException:
+                self._outcomes[:0] = batch
+                raise
+            self._report(batch, turn.completed, turn.failed)
+            return turn.claimed
+
+    def _report(self, batch: list[Outcome], done: list[int], written: dict[int, JobStatus]) -> None:
+        lost = len(batch) - len(done) - len(written)
+        if lost:
+            log.warning(
+                "worker %s: %d outcomes not recorded: those jobs' leases had expired",
+                self.name,
+                lost,
+            )
+        for job_id, status in written.items():
+            log.debug("job %d is now %s", job_id, status)
 
     async def _flush(self) -> None:
         async with self._flush_lock:
@@ -327,19 +373,9 @@ class AsyncWorker:
                     errors += 1
                     await self._pause_after_error("recording outcomes", exc, errors)
                     continue
-                lost = len(succeeded) - len(done) + len(failures) - len(written)
-                if lost:
-                    log.warning(
-                        "worker %s: %d outcomes not recorded: those jobs' leases had expired",
-                        self.name,
-                        lost,
-                    )
-                for job_id, status in written.items():
-                    log.debug("job %d is now %s", job_id, status)
+                self._report(batch, done, written)
 
-    async def _release_unstarted(self) -> None:
-        jobs = list(self._unstarted)
-        self._unstarted.clear()
+    async def _release(self, jobs: list[Job]) -> None:
         if not jobs:
             return
         failures = [self.queue.core.failure(j, "released", event=Event.RELEASE) for j in jobs]

@@ -35,6 +35,10 @@ MAX_TABLE_NAME_LENGTH = 48
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
+# One encoder for every payload: building one per call costs more than encoding.
+_JSON = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
+
+
 class JobStatus(str, enum.Enum):
     """The status a job row has in the table. A succeeded job has no row at all."""
 
@@ -165,7 +169,7 @@ def validate_kinds(kinds: Iterable[str] | None) -> list[str] | None:
 def encode_payload(payload: Any) -> str:
     """Encode a payload as JSON text, refusing what PostgreSQL's jsonb would refuse."""
     try:
-        text = json.dumps(payload, allow_nan=False, separators=(",", ":"))
+        text = _JSON.encode(payload)
     except (TypeError, ValueError, RecursionError) as exc:
         raise TypeError(f"job payload is not JSON-serialisable: {exc}") from exc
     if "\\u0000" in text:

@@ -206,6 +206,12 @@ RETURNING id""",
             **names,
         )
 
+        # A worker's own bookkeeping may commit without waiting for the WAL
+        # flush: should the server crash, the last moments of claims and
+        # outcomes are forgotten, and those jobs simply run again, which
+        # at-least-once delivery allows. Enqueues are never relaxed.
+        self.relaxed_commit = b"SET LOCAL synchronous_commit TO off"
+
         self.get = _render("SELECT {cols} FROM {table} WHERE id = %s", **names)
 
         # An operator revives dead jobs: a fresh set of attempts, due now.
@@ -234,3 +240,52 @@ SELECT kind, status, count(*),
         self.explain_claim = b"EXPLAIN " + self.claim
 
         self.listen = _render("LISTEN {channel}", channel=sql.Identifier(self.channel))
+
+
+class SeedStatements:
+    """The seed design's SQL, as its article wrote it: the baseline that
+    ``pgqueue bench`` runs beside pgqueue (a psycopg port; batches of 20,
+    one ``DELETE`` per job). Not used by the queue itself."""
+
+    def __init__(self, table: str) -> None:
+        names = {"table": sql.Identifier(*validate_table_name(table))}
+        self.drop = _render("DROP TABLE IF EXISTS {table}", **names)
+        self.create = (
+            _render(
+                """
+CREATE TABLE {table} (
+  id           bigserial PRIMARY KEY,
+  kind         text NOT NULL,
+  payload      jsonb NOT NULL,
+  run_at       timestamptz NOT NULL DEFAULT now(),
+  attempts     int NOT NULL DEFAULT 0,
+  max_attempts int NOT NULL DEFAULT 3,
+  locked_at    timestamptz,
+  locked_by    text,
+  status       text NOT NULL DEFAULT 'pending',
+  last_error   text,
+  created_at   timestamptz NOT NULL DEFAULT now()
+)""",
+                **names,
+            ),
+            _render(
+                "CREATE INDEX {index} ON {table} (run_at, id) WHERE status = 'pending'",
+                index=sql.Identifier(f"{validate_table_name(table)[-1]}_ready"),
+                **names,
+            ),
+        )
+        self.insert = _render("INSERT INTO {table} (kind, payload) VALUES (%s, %s)", **names)
+        self.claim = _render(
+            """
+UPDATE {table} SET status='running', locked_at=now(), locked_by=%s, attempts=attempts+1
+ WHERE id IN (
+   SELECT id FROM {table}
+    WHERE status='pending' AND run_at <= now()
+    ORDER BY run_at, id
+    LIMIT %s
+    FOR UPDATE SKIP LOCKED)
+ RETURNING id, kind, payload, attempts, max_attempts""",
+            **names,
+        )
+        self.delete = _render("DELETE FROM {table} WHERE id = %s", **names)
+        self.count = _render("SELECT count(*) FROM {table}", **names)

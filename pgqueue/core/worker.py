@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import socket
 import traceback
@@ -114,6 +115,7 @@ class Handlers:
 
     def __init__(self, handlers: Mapping[str, Callable[..., Any]] | None = None) -> None:
         self._by_kind: dict[str, Callable[..., Any]] = {}
+        self._async: set[str] = set()
         for kind, fn in (handlers or {}).items():
             self.add(kind, fn)
 
@@ -122,6 +124,10 @@ class Handlers:
         if not callable(fn):
             raise TypeError(f"the handler for {kind!r} is not callable")
         self._by_kind[kind] = fn
+        if inspect.iscoroutinefunction(fn):
+            self._async.add(kind)
+        else:
+            self._async.discard(kind)
 
     def register(self, kind: str) -> Callable[[H], H]:
         def decorate(fn: H) -> H:
@@ -132,6 +138,10 @@ class Handlers:
 
     def get(self, kind: str) -> Callable[..., Any] | None:
         return self._by_kind.get(kind)
+
+    def is_async(self, kind: str) -> bool:
+        """Whether the handler of ``kind`` is a coroutine function."""
+        return kind in self._async
 
     def kinds(self) -> list[str]:
         return sorted(self._by_kind)

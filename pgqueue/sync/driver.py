@@ -13,7 +13,7 @@ import psycopg
 from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from ..core.ops import Copy, Operation, Rows, Step, drive, needs_transaction
+from ..core.ops import Copy, Operation, Pipeline, Step, drive, needs_transaction
 
 __all__ = ["CallerConnection", "Driver", "PoolTarget", "make_driver", "run_on"]
 
@@ -24,13 +24,16 @@ PoolTarget = str | ConnectionPool
 """What `Queue` connects with: a DSN, or a pool the caller manages."""
 
 
-def perform(conn: psycopg.Connection[Any], step: Step) -> Rows:
+def perform(conn: psycopg.Connection[Any], step: Step) -> Any:
     """Carry out one step of a plan on `conn`."""
+    if isinstance(step, Pipeline):
+        with conn.pipeline(), conn.transaction():
+            cursors = [conn.execute(q.query, q.params) for q in step.queries]
+        return [cur.fetchall() if cur.description is not None else [] for cur in cursors]
     with conn.cursor() as cur:
         if isinstance(step, Copy):
             with cur.copy(step.query) as copy:
-                for row in step.rows:
-                    copy.write_row(row)
+                copy.write(step.data)
             return []
         cur.execute(step.query, step.params)
         return cur.fetchall() if cur.description is not None else []
@@ -56,8 +59,6 @@ def make_pool(conninfo: str, *, max_size: int) -> ConnectionPool:
         # One statement is one transaction: a claim or a batch completion
         # costs one round trip. Multi-step plans open their own transaction.
         kwargs={"autocommit": True},
-        # A server restart leaves dead connections in the pool; check them.
-        check=ConnectionPool.check_connection,
         open=False,
         name="pgqueue",
     )

@@ -418,3 +418,31 @@ async def test_enqueue_many_joins_the_implicit_transaction_of_a_non_autocommit_c
         finally:
             await anyio.to_thread.run_sync(conn.close)
     assert raw.count() == 0
+
+
+HOSTILE = [
+    "tab\there",
+    "new\nline",
+    "back\\slash",
+    "cr\rx",
+    "quote'\"",
+    "'; DROP TABLE x; --",
+    "ünï©ødé 🎉",
+    "\\N",
+]
+
+
+@pytest.mark.parametrize("size", [8, 400], ids=["insert", "copy"])
+async def test_enqueue_many_keeps_hostile_kinds_and_payloads_faithfully(
+    queue: Any, raw: Raw, size: int
+) -> None:
+    specs = [
+        (
+            HOSTILE[i % len(HOSTILE)],
+            {"text": HOSTILE[-1 - i % len(HOSTILE)], "n": i, "deep": [[{}]]},
+        )
+        for i in range(size)
+    ]
+    ids = await queue.enqueue_many(specs)
+    stored = raw.rows("SELECT id, kind, payload FROM {table} ORDER BY id")
+    assert stored == [(i, k, p) for i, (k, p) in zip(ids, specs, strict=True)]

@@ -277,7 +277,8 @@ async def test_worker_survives_its_connections_being_killed_and_loses_nothing(
             # Every other session of this database: the pool's and the listener's.
             raw.rows(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE datname = current_database() AND pid <> %s AND backend_type = 'client backend'",
+                "WHERE datname = current_database() AND pid <> %s "
+                "AND backend_type = 'client backend'",
                 me,
             )
 

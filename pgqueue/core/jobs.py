@@ -32,6 +32,7 @@ __all__ = [
 MAX_KIND_LENGTH = 255
 # Index names are "<table>_ready" and so on; PostgreSQL truncates identifiers at 63 bytes.
 MAX_TABLE_NAME_LENGTH = 48
+_NO_DELAY = timedelta(0)
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
@@ -199,7 +200,7 @@ def validate_spec(
         if run_at.tzinfo is None or run_at.utcoffset() is None:
             raise ValueError("run_at must be timezone-aware (a naive datetime is ambiguous)")
     if delay is None:
-        delay = timedelta(0)
+        delay = _NO_DELAY
     elif not isinstance(delay, timedelta):
         raise TypeError(f"delay must be a timedelta, not {type(delay).__name__}")
     elif delay < timedelta(0):
@@ -210,8 +211,16 @@ def validate_spec(
 def validate_specs(specs: Iterable[SpecLike]) -> list[ValidatedSpec]:
     """Validate every spec of a batch before anything is written."""
     checked: list[ValidatedSpec] = []
+    valid_kinds: set[str] = set()  # a batch repeats a few kinds: check each once
     for spec in specs:
-        if isinstance(spec, JobSpec):
+        if (
+            type(spec) is tuple
+            and len(spec) == 2
+            and type(spec[0]) is str
+            and spec[0] in valid_kinds
+        ):
+            checked.append(ValidatedSpec(spec[0], encode_payload(spec[1]), None, _NO_DELAY, 3))
+        elif isinstance(spec, JobSpec):
             checked.append(
                 validate_spec(
                     spec.kind,
@@ -223,6 +232,7 @@ def validate_specs(specs: Iterable[SpecLike]) -> list[ValidatedSpec]:
             )
         elif isinstance(spec, tuple) and len(spec) == 2:
             checked.append(validate_spec(spec[0], spec[1]))
+            valid_kinds.add(spec[0])
         else:
             raise TypeError(f"expected a JobSpec or a (kind, payload) tuple, got {spec!r:.80}")
     return checked

@@ -117,8 +117,8 @@ SELECT id, pg_notify(%(channel)s, kind)::text FROM job""",
         # can write them, and so that ids follow the order of the specs.
         self.allocate_ids = _render(
             """
-SELECT now(), array(SELECT nextval(pg_get_serial_sequence(%s, 'id'))
-                    FROM generate_series(1, %s) ORDER BY 1)""",
+SELECT now(), array(SELECT nextval((SELECT pg_get_serial_sequence(%s, 'id')::regclass))
+                      FROM generate_series(1, %s))""",
         )
         # enqueue_many, step 2 for small batches: one INSERT from arrays.
         self.insert_arrays = _render(

@@ -1,0 +1,297 @@
+"""The ``pgqueue`` command.
+
+    pgqueue worker myapp.jobs:worker                    # until SIGINT or SIGTERM
+    pgqueue worker myapp.jobs:worker --concurrency 8 --kinds send_receipt
+    pgqueue worker myapp.jobs:async_worker --trio       # an AsyncWorker on trio
+    pgqueue worker myapp.jobs:worker --until-empty      # drain what is ready, then exit
+
+``TARGET`` is ``module:attribute`` (the attribute may be dotted) naming a
+`pgqueue.Worker` or a `pgqueue.AsyncWorker`; the current directory is put on
+``sys.path`` first, so a module of the project the command runs in can be
+named. ``--dsn`` (default ``$PGQUEUE_DSN``), ``--concurrency`` and ``--kinds``
+override the worker's own settings: the command then runs a copy of the
+worker, with the same handlers and other settings, on a queue of the same
+table.
+
+Exit status: 0 after the worker stopped (a first SIGINT or SIGTERM stops it
+gracefully; see `pgqueue.AsyncWorker`), 2 for bad arguments or a target that
+cannot be loaded, 1 if the worker failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import importlib.util
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from types import FrameType
+from typing import Any
+
+import anyio
+
+from . import __version__
+from .aio.queue import AsyncQueue
+from .aio.worker import AsyncWorker
+from .sync.queue import Queue
+from .sync.worker import Worker
+
+__all__ = ["main"]
+
+log = logging.getLogger("pgqueue.cli")
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class UsageError(Exception):
+    """Bad arguments or an unusable target: reported with the usage line, exit 2."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``pgqueue`` command; return its exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    command: Callable[[argparse.Namespace], int] = args.run
+    try:
+        return command(args)
+    except UsageError as exc:
+        args.subparser.error(str(exc))  # prints the usage and exits with 2
+        raise AssertionError("unreachable") from exc  # pragma: no cover
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pgqueue",
+        description="A durable job queue inside PostgreSQL.",
+    )
+    parser.add_argument("--version", action="version", version=f"pgqueue {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    worker = commands.add_parser(
+        "worker",
+        help="run a pgqueue.Worker or pgqueue.AsyncWorker",
+        description=(
+            "Run the worker named by TARGET until SIGINT or SIGTERM (a first signal stops "
+            "it gracefully, a second interrupts running jobs), or with --until-empty until "
+            "no job is ready or running."
+        ),
+    )
+    worker.add_argument(
+        "target",
+        metavar="TARGET",
+        help="module:attribute naming a pgqueue.Worker or pgqueue.AsyncWorker, "
+        "e.g. myapp.jobs:worker (the current directory is importable)",
+    )
+    worker.add_argument(
+        "--dsn",
+        default=os.environ.get("PGQUEUE_DSN") or None,
+        help="connect to this server instead of the one the worker's queue names "
+        "(default: $PGQUEUE_DSN if set); the table stays the worker's",
+    )
+    worker.add_argument("--concurrency", type=positive_int, metavar="N", help="jobs run at a time")
+    worker.add_argument(
+        "--kinds",
+        type=kind_list,
+        metavar="KIND[,KIND...]",
+        help="handle only these kinds of job (comma-separated)",
+    )
+    worker.add_argument(
+        "--until-empty",
+        action="store_true",
+        help="exit 0 once no job is ready or running",
+    )
+    worker.add_argument(
+        "--trio", action="store_true", help="run an AsyncWorker on trio instead of asyncio"
+    )
+    worker.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=LOG_LEVELS,
+        default="INFO",
+        help="logging level (default: INFO); logs go to stderr",
+    )
+    worker.set_defaults(run=run_worker, subparser=worker)
+    return parser
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def kind_list(text: str) -> list[str]:
+    kinds = [k.strip() for k in text.split(",") if k.strip()]
+    if not kinds:
+        raise argparse.ArgumentTypeError("name at least one kind")
+    return kinds
+
+
+# -- pgqueue worker ---------------------------------------------------------------
+
+
+def run_worker(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=args.log_level, format=LOG_FORMAT, stream=sys.stderr)
+    target = load_target(args.target)
+    if args.trio and isinstance(target, Worker):
+        raise UsageError("--trio runs an AsyncWorker; a pgqueue.Worker runs on threads")
+    if args.trio and importlib.util.find_spec("trio") is None:
+        raise UsageError("--trio needs trio installed: pip install trio")
+    try:
+        worker = with_overrides(target, dsn=args.dsn, concurrency=args.concurrency,
+                                kinds=args.kinds)  # fmt: skip
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"cannot apply the options to {args.target}: {exc}") from exc
+
+    try:
+        with stop_on_signals(worker.stop):
+            if isinstance(worker, Worker):
+                run_sync_worker(worker, until_empty=args.until_empty)
+            else:
+                backend = "trio" if args.trio else "asyncio"
+                anyio.run(run_async_worker, worker, args.until_empty, backend=backend)
+    except KeyboardInterrupt:
+        log.warning("interrupted")
+        return 130
+    except Exception:
+        log.exception("the worker failed")
+        return 1
+    return 0
+
+
+def load_target(spec: str) -> Worker | AsyncWorker:
+    """Import ``module:attr.path`` and check that it names a worker."""
+    module_name, sep, attr_path = spec.partition(":")
+    if not sep or not module_name or not attr_path:
+        raise UsageError(f"TARGET must look like module:attribute, got {spec!r}")
+    # Like `python -m`: modules of the project the command runs in are importable.
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        if isinstance(exc, ModuleNotFoundError) and exc.name == module_name:
+            raise UsageError(f"no module named {module_name!r} (from {cwd})") from exc
+        raise UsageError(f"importing {module_name!r} failed: {type(exc).__name__}: {exc}") from exc
+    obj: Any = module
+    for part in attr_path.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise UsageError(f"{module_name!r} has no attribute {attr_path!r}") from None
+    if isinstance(obj, (Worker, AsyncWorker)):
+        return obj
+    if isinstance(obj, (Queue, AsyncQueue)):
+        kind = "Worker" if isinstance(obj, Queue) else "AsyncWorker"
+        raise UsageError(
+            f"{spec} is a pgqueue.{type(obj).__name__}, not a worker: name a pgqueue.{kind} built "
+            f"on it, with its handlers, e.g. worker = pgqueue.{kind}(queue, handlers)"
+        )
+    what = f"the class {obj.__name__}" if isinstance(obj, type) else f"a {type(obj).__name__}"
+    raise UsageError(f"{spec} is {what}, not a pgqueue.Worker or pgqueue.AsyncWorker instance")
+
+
+def with_overrides(
+    target: Worker | AsyncWorker,
+    *,
+    dsn: str | None,
+    concurrency: int | None,
+    kinds: list[str] | None,
+) -> Worker | AsyncWorker:
+    """The target itself, or a copy of it with these settings and server."""
+    inner = target._worker if isinstance(target, Worker) else target
+    queue = target.queue
+    new_dsn = dsn is not None and dsn != _conninfo(queue)
+    if not new_dsn and concurrency is None and kinds is None:
+        inner.handle_signals = True
+        return target
+    settings: dict[str, Any] = {
+        f.name: getattr(inner.settings, f.name) for f in dataclasses.fields(inner.settings)
+    }
+    if concurrency is not None:
+        settings["concurrency"] = concurrency
+    if kinds is not None:
+        settings["kinds"] = kinds
+    handlers: dict[str, Callable[..., Any]] = {}
+    for kind in inner.handlers.kinds():
+        fn = inner.handlers.get(kind)
+        assert fn is not None
+        handlers[kind] = fn
+    # The same classes, so that a subclass keeps what it overrides.
+    if isinstance(target, Worker):
+        assert isinstance(queue, Queue)
+        if dsn is not None and new_dsn:
+            queue = type(queue)(dsn, table=queue.table, backoff=queue.core.backoff)
+        return type(target)(queue, handlers, handle_signals=True, **settings)
+    assert isinstance(queue, AsyncQueue)
+    if dsn is not None and new_dsn:
+        queue = type(queue)(dsn, table=queue.table, backoff=queue.core.backoff)
+    return type(target)(queue, handlers, handle_signals=True, **settings)
+
+
+def _conninfo(queue: Queue | AsyncQueue) -> str | None:
+    try:
+        return queue.conninfo
+    except TypeError:  # a pool whose conninfo is a function
+        return None
+
+
+def run_sync_worker(worker: Worker, *, until_empty: bool) -> None:
+    try:
+        worker.run(until_empty=until_empty)
+    finally:
+        worker.queue.close()
+
+
+async def run_async_worker(worker: AsyncWorker, until_empty: bool) -> None:
+    try:
+        await worker.run(until_empty=until_empty)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await worker.queue.close()
+
+
+@contextmanager
+def stop_on_signals(stop: Callable[[], None]) -> Iterator[None]:
+    """SIGINT and SIGTERM stop the worker gracefully.
+
+    While it serves, the worker watches these signals itself (and a second
+    one interrupts its running jobs); these handlers cover the moments
+    around that, and ``--until-empty`` runs, where it does not. `stop` is
+    called from a thread of its own: it is thread-safe, and a signal handler
+    must not touch the event loop it interrupted.
+    """
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        log.info("%s: stopping gracefully", signal.Signals(signum).name)
+        threading.Thread(target=stop, name="pgqueue-stop", daemon=True).start()
+
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may set signal handlers
+        return
+    previous = {sig: signal.signal(sig, on_signal) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -215,22 +215,22 @@ def with_overrides(
     kinds: list[str] | None,
 ) -> Worker | AsyncWorker:
     """The target itself, or a copy of it with these settings and server."""
-    inner = target._worker if isinstance(target, Worker) else target
     queue = target.queue
     new_dsn = dsn is not None and dsn != _conninfo(queue)
     if not new_dsn and concurrency is None and kinds is None:
-        inner.handle_signals = True
+        if isinstance(target, AsyncWorker):
+            target.handle_signals = True
         return target
     settings: dict[str, Any] = {
-        f.name: getattr(inner.settings, f.name) for f in dataclasses.fields(inner.settings)
+        f.name: getattr(target.settings, f.name) for f in dataclasses.fields(target.settings)
     }
     if concurrency is not None:
         settings["concurrency"] = concurrency
     if kinds is not None:
         settings["kinds"] = kinds
     handlers: dict[str, Callable[..., Any]] = {}
-    for kind in inner.handlers.kinds():
-        fn = inner.handlers.get(kind)
+    for kind in target.handlers.kinds():
+        fn = target.handlers.get(kind)
         assert fn is not None
         handlers[kind] = fn
     # The same classes, so that a subclass keeps what it overrides.

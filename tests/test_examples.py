@@ -8,8 +8,10 @@ dropped afterwards, so reruns on a shared server do not collide.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +20,10 @@ import psycopg
 import pytest
 from psycopg import sql
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+import pgqueue
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
 
 
 @pytest.fixture
@@ -26,7 +31,7 @@ def example_table(dsn: str) -> Iterator[str]:
     name = f"ex_{uuid.uuid4().hex[:12]}"
     yield name
     with psycopg.connect(dsn, autocommit=True) as conn:
-        for table in (name, f"{name}_orders"):
+        for table in (name, f"{name}_orders", f"{name}_receipts"):
             conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
 
 
@@ -67,3 +72,122 @@ def test_quickstart_runs_and_drains_its_jobs(dsn: str, example_table: str, flavo
     assert "drained 2,000 jobs" in out
     assert "jobs/s" in out
     assert "{'pending': 0, 'running': 0, 'dead': 1}" in out
+
+
+# -- Flask: the app enqueues in its transaction, the worker sends receipts once -------------
+
+FLASK_WORKERS = {
+    "pgqueue worker": ["-m", "pgqueue", "worker", "examples.flask_worker:worker", "--until-empty"],
+    "python flask_worker.py": [str(EXAMPLES / "flask_worker.py"), "--until-empty"],
+}
+
+
+def run_flask_worker(dsn: str, table: str, how: str) -> str:
+    env = {**os.environ, "PGQUEUE_DSN": dsn, "PGQUEUE_TABLE": table}
+    done = subprocess.run(
+        [sys.executable, *FLASK_WORKERS[how]],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, f"{how} failed:\n{done.stdout}{done.stderr}"
+    return done.stdout
+
+
+@pytest.mark.parametrize("how", list(FLASK_WORKERS))
+def test_flask_orders_commit_with_their_jobs_and_the_worker_sends_each_receipt_once(
+    dsn: str, example_table: str, how: str
+) -> None:
+    out = run_example(dsn, example_table, "flask_app.py", "--demo")
+    assert "POST /orders teapot: 201 {'job_id': 1, 'order_id': 1}" in out
+    assert "POST /orders kettle: 402 {'error': 'payment declined'}" in out
+    # The declined order rolled back with its job: neither exists.
+    assert "orders committed: ['teapot', 'cosy']; send_receipt jobs waiting: 2" in out
+
+    out = run_flask_worker(dsn, example_table, how)
+    assert "mail to ann@example.com: your receipt for order 1 (teapot)" in out
+    assert "mail to cy@example.com: your receipt for order 3 (cosy)" in out
+    assert "bob@example.com" not in out
+
+    # At least once: the same receipt job delivered again sends nothing.
+    with pgqueue.Queue(dsn, table=example_table) as q:
+        q.enqueue("send_receipt", {"order_id": 1})
+    out = run_flask_worker(dsn, example_table, how)
+    assert "order 1: receipt already sent, nothing to do" in out
+    assert "mail to" not in out
+
+    with psycopg.connect(dsn) as conn:
+        receipts = sql.Identifier(f"{example_table}_receipts")
+        sent = conn.execute(sql.SQL("SELECT order_id FROM {} ORDER BY 1").format(receipts))
+        assert sent.fetchall() == [(1,), (3,)]
+        jobs = conn.execute(
+            sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(example_table))
+        )
+        assert jobs.fetchone() == (0,)
+
+
+# -- asyncio and trio: a worker beside the code that enqueues -----------------------
+
+
+SERVICES = ["asyncio_service.py", "trio_program.py"]
+
+
+@pytest.mark.parametrize("script", SERVICES)
+def test_async_service_demo_drains_every_job_it_enqueued(
+    dsn: str, example_table: str, script: str
+) -> None:
+    out = run_example(dsn, example_table, script, "--demo", "--orders", "150")
+    assert "enqueued 150 orders' jobs: 300 jobs" in out
+    assert "handled 300 jobs in" in out
+    assert "{'render_invoice': 150, 'send_receipt': 150}" in out
+    assert "{'pending': 0, 'running': 0, 'dead': 0}" in out
+
+
+@pytest.mark.parametrize("script", SERVICES)
+def test_async_service_serves_until_sigterm_then_exits_cleanly(
+    dsn: str, example_table: str, script: str, tmp_path: Path
+) -> None:
+    env = {**os.environ, "PGQUEUE_DSN": dsn, "PGQUEUE_TABLE": example_table}
+    log_path = tmp_path / "service.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, str(EXAMPLES / script), "--interval", "0.05"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            # Liveness only: orders are placed and their jobs handled.
+            deadline = time.monotonic() + 60
+            while "placed order 3" not in log_path.read_text() or handled(dsn, example_table) < 2:
+                assert proc.poll() is None, log_path.read_text()
+                assert time.monotonic() < deadline, log_path.read_text()
+                time.sleep(0.05)
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=60) == 0, log_path.read_text()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    out = log_path.read_text()
+    assert "SIGTERM, stopping gracefully" in out
+    assert "stopped; handled {'render_invoice': " in out
+
+
+def handled(dsn: str, table: str) -> int:
+    """Orders whose jobs have both succeeded (their rows are gone)."""
+    orders, jobs = sql.Identifier(f"{table}_orders"), sql.Identifier(table)
+    query = sql.SQL(
+        "SELECT count(*) FROM {orders} o WHERE NOT EXISTS"
+        " (SELECT FROM {jobs} j WHERE (j.payload->>'order_id')::bigint = o.id)"
+    ).format(orders=orders, jobs=jobs)
+    with psycopg.connect(dsn) as conn:
+        try:
+            row = conn.execute(query).fetchone()
+        except psycopg.errors.UndefinedTable:  # not set up yet
+            return 0
+    return int(row[0]) if row else 0

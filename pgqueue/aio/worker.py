@@ -46,9 +46,48 @@ log = logging.getLogger("pgqueue.worker")
 DATABASE_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError, psycopg_pool.PoolTimeout)
 
 
+INTERRUPTED = "interrupted: the worker shut down before the job finished"
+
 # How long an outcome waits for the feeder's next claim to carry it before
 # the completer records it on its own.
 OUTCOME_LINGER = 0.02
+
+
+class Chunk:
+    """Plain-function jobs that one worker thread runs one after another."""
+
+    def __init__(self, jobs: list[Job]) -> None:
+        self.jobs = jobs
+        self.ran: list[tuple[Job, Exception | None]] = []
+        self._next = 0
+        self._cut = False
+        self._lock = threading.Lock()
+
+    def start_next(self) -> Job | None:
+        """(In the thread.) The next job to begin, or None when done or cut."""
+        with self._lock:
+            if self._cut or self._next == len(self.jobs):
+                return None
+            self._next += 1
+            return self.jobs[self._next - 1]
+
+    def cut(self) -> list[Job]:
+        """(On the event loop.) Begin no more; return the jobs never begun, once."""
+        with self._lock:
+            if self._cut:
+                return []
+            self._cut = True
+            return self.jobs[self._next :]
+
+    def finish(self) -> tuple[list[tuple[Job, Exception | None]], list[Job], list[Job]]:
+        """(On the event loop.) Cut the chunk and split it: the jobs that ran
+        (with their error), the job begun but unfinished (abandoned), and the
+        jobs never begun that `cut` has not handed out yet."""
+        never_begun = self.cut()
+        with self._lock:
+            ran = list(self.ran)
+            begun = self.jobs[len(ran) : self._next]
+        return ran, begun, never_begun
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +169,7 @@ class AsyncWorker:
         self._work_ready = anyio.Event()
         self._drained = anyio.Event()
         self._closed = False
+        self._chunks: set[Chunk] = set()
         self._outcomes: list[Outcome] = []
         self._listener_stop = threading.Event()
         self._limiter = anyio.CapacityLimiter(self.settings.concurrency)
@@ -165,7 +205,6 @@ class AsyncWorker:
 
     async def run(self, *, until_empty: bool = False) -> None:
         """Work until `stop` (or, with ``until_empty``, until no job is ready or running)."""
-        self._stopping = False
         self._token = anyio.lowlevel.current_token()
         self._loop_thread = threading.get_ident()
         self._listener_stop.clear()
@@ -183,11 +222,8 @@ class AsyncWorker:
                 if not until_empty:
                     await background.start(self._listener)
                     background.start_soon(self._reaper)
-                    if (
-                        self.handle_signals
-                        and threading.current_thread() is threading.main_thread()
-                    ):
-                        background.start_soon(self._on_signals)
+                if self.handle_signals and threading.current_thread() is threading.main_thread():
+                    background.start_soon(self._on_signals)
                 try:
                     await self._work(until_empty)
                 finally:
@@ -197,6 +233,8 @@ class AsyncWorker:
         finally:
             self._listener_stop.set()
             self._token = None
+            # A stop() that came before run() stops that run at once; this one is spent.
+            self._stopping = False
             log.info("worker %s stopped", self.name)
 
     # -- the cycle ----------------------------------------------------------------
@@ -214,6 +252,10 @@ class AsyncWorker:
                 self._closed = True
                 unstarted = list(self._unstarted)
                 self._unstarted.clear()
+                for chunk in self._chunks:
+                    for job in chunk.cut():
+                        del self._running[job.id]
+                        unstarted.append(job)
                 self._work_ready.set()
                 with anyio.CancelScope(shield=True):
                     await self._release(unstarted)
@@ -272,6 +314,9 @@ class AsyncWorker:
             # No checkpoint from here to _run_one: a job is always either
             # unstarted (to release) or running (to record).
             job = self._unstarted.popleft()
+            if self._plain(job):
+                await self._run_plain_chunk(self._take_plain_chunk(job))
+                continue
             if not self._unstarted:
                 self._drained.set()
             self._running[job.id] = job
@@ -280,6 +325,69 @@ class AsyncWorker:
             finally:
                 del self._running[job.id]
                 self._job_done.set()
+
+    def _plain(self, job: Job) -> bool:
+        """A plain-function job with no timeout: it may share a thread hop with others."""
+        return (
+            self.settings.job_timeout is None
+            and self.handlers.get(job.kind) is not None
+            and not self.handlers.is_async(job.kind)
+        )
+
+    def _take_plain_chunk(self, first: Job) -> Chunk:
+        # A fair share of the batch, so that every runner (thread) gets work.
+        share = max(1, self.settings.batch_size // self.settings.concurrency)
+        jobs = [first]
+        while self._unstarted and len(jobs) < share and self._plain(self._unstarted[0]):
+            jobs.append(self._unstarted.popleft())
+        if not self._unstarted:
+            self._drained.set()
+        for job in jobs:
+            self._running[job.id] = job
+        return Chunk(jobs)
+
+    async def _run_plain_chunk(self, chunk: Chunk) -> None:
+        """Run a few plain handlers one after another in one worker thread.
+
+        A thread hop costs more than a trivial handler; sharing it keeps the
+        sync path fast. On stop, the jobs of the chunk not begun yet are cut
+        off and released with the other unstarted jobs (see `_work`).
+        """
+        self._chunks.add(chunk)
+        try:
+            # Abandoned on cancel (the grace period ran out): see `Worker`.
+            await anyio.to_thread.run_sync(
+                self._call_plain, chunk, abandon_on_cancel=True, limiter=self._limiter
+            )
+        finally:
+            self._chunks.discard(chunk)
+            ran, abandoned, never_begun = chunk.finish()
+            for job, exc in ran:
+                if exc is None:
+                    self._outcomes.append(Outcome(job, None))
+                else:
+                    self._log_failure(job, exc)
+                    self._record(job, describe_error(exc), Event.FAIL)
+            for job in abandoned:
+                self._record(job, INTERRUPTED, Event.EXPIRE)
+            for job in never_begun:
+                self._record(job, "released", Event.RELEASE)
+            self._outcome_ready.set()
+            for job in chunk.jobs:
+                self._running.pop(job.id, None)
+            self._job_done.set()
+
+    def _call_plain(self, chunk: Chunk) -> None:
+        """In a worker thread: run the chunk's handlers until it ends or is cut."""
+        while (job := chunk.start_next()) is not None:
+            handler = self.handlers.get(job.kind)
+            assert handler is not None
+            try:
+                handler(job)
+            except Exception as exc:
+                chunk.ran.append((job, exc))
+            else:
+                chunk.ran.append((job, None))
 
     async def _run_one(self, job: Job) -> None:
         handler = self.handlers.get(job.kind)
@@ -296,8 +404,7 @@ class AsyncWorker:
                         handler, job, abandon_on_cancel=True, limiter=self._limiter
                     )
         except anyio.get_cancelled_exc_class():
-            self._record(job, "interrupted: the worker shut down before the job finished",
-                         Event.EXPIRE)  # fmt: skip
+            self._record(job, INTERRUPTED, Event.EXPIRE)
             raise
         except TimeoutError as exc:
             text = (
@@ -308,11 +415,14 @@ class AsyncWorker:
             log.warning("job %d (%s) failed: %s", job.id, job.kind, text.splitlines()[0])
             self._record(job, text, Event.FAIL)
         except Exception as exc:
-            log.warning("job %d (%s) failed: %s: %s", job.id, job.kind, type(exc).__name__, exc)
+            self._log_failure(job, exc)
             self._record(job, describe_error(exc), Event.FAIL)
         else:
             self._outcomes.append(Outcome(job, None))
             self._outcome_ready.set()
+
+    def _log_failure(self, job: Job, exc: Exception) -> None:
+        log.warning("job %d (%s) failed: %s: %s", job.id, job.kind, type(exc).__name__, exc)
 
     def _record(self, job: Job, error: str, event: Event) -> None:
         failure = self.queue.core.failure(job, error, event=event)

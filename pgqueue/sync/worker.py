@@ -17,7 +17,7 @@ import anyio
 
 from ..aio.queue import AsyncQueue
 from ..aio.worker import AsyncWorker
-from ..core.worker import WorkerOptions
+from ..core.worker import Handlers, WorkerOptions, WorkerSettings
 from .queue import Queue
 
 if TYPE_CHECKING:
@@ -65,7 +65,16 @@ class Worker:
 
     @property
     def name(self) -> str:
+        """The name this worker records in ``locked_by``."""
         return self._worker.name
+
+    @property
+    def settings(self) -> WorkerSettings:
+        return self._worker.settings
+
+    @property
+    def handlers(self) -> Handlers:
+        return self._worker.handlers
 
     def handler(self, kind: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Register the decorated plain function as the handler of ``kind``."""

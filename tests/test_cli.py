@@ -1,0 +1,325 @@
+"""The ``pgqueue`` command, run as a user runs it: in processes of its own.
+
+The workers come from `tests.cli_app`, configured through the environment;
+their handlers record each start and finish in ``<table>_runs``, so what a
+process did is read back from the database, even after it was killed.
+Waits poll the database against a generous deadline: they check that
+something happens at all, never how fast.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from psycopg import sql
+
+import pgqueue
+from pgqueue import cli
+
+from .conftest import Raw
+
+ROOT = Path(__file__).resolve().parent.parent
+PATIENCE = 60.0  # seconds: a liveness deadline, never a performance claim
+UNREACHABLE_DSN = "postgresql://nobody@127.0.0.1:1/nothing?connect_timeout=1"
+
+# How each flavour of worker is named on the command line.
+FLAVOURS = {
+    "sync": ["tests.cli_app:worker"],
+    "asyncio": ["tests.cli_app:async_worker"],
+    "trio": ["tests.cli_app:async_worker", "--trio"],
+}
+
+
+class App:
+    """The queue under test, its runs and release tables, and the workers' environment."""
+
+    def __init__(self, dsn: str, table: str, raw: Raw, tmp_path: Path) -> None:
+        self.dsn = dsn
+        self.table = table
+        self.raw = raw
+        self.tmp_path = tmp_path
+        self.env = {**os.environ, "PGQUEUE_DSN": dsn, "PGQUEUE_TABLE": table}
+        self.runs = sql.Identifier(f"{table}_runs")
+        self.release_table = sql.Identifier(f"{table}_release")
+        self.processes = 0
+
+    def execute(self, query: str, *params: Any) -> list[tuple[Any, ...]]:
+        composed = sql.SQL(query).format(runs=self.runs, release=self.release_table)
+        cur = self.raw.conn.execute(composed, params or None)
+        return cur.fetchall() if cur.description else []
+
+    def runs_of(self, event: str) -> Counter[int]:
+        """How many times each job's handler reached ``event`` (start or finish)."""
+        rows = self.execute("SELECT job_id FROM {runs} WHERE event = %s", event)
+        return Counter(job_id for (job_id,) in rows)
+
+    def release(self) -> None:
+        """Let every ``block`` job, running or to come, finish."""
+        self.execute("INSERT INTO {release} DEFAULT VALUES")
+
+    @contextmanager
+    def worker(self, *args: str, **env: str) -> Iterator[subprocess.Popen[bytes]]:
+        """``pgqueue worker ARGS`` in a session of its own; killed on the way out."""
+        self.processes += 1
+        log = (self.tmp_path / f"worker-{self.processes}.log").open("wb")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pgqueue", "worker", *args],
+            cwd=ROOT,
+            env={**self.env, **env},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            yield proc
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            log.close()
+
+    def output(self) -> str:
+        """Everything the worker processes printed so far."""
+        logs = sorted(self.tmp_path.glob("worker-*.log"))
+        return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')}" for p in logs)
+
+    def wait_until(
+        self, condition: Callable[[], bool], what: str, proc: subprocess.Popen[bytes] | None = None
+    ) -> None:
+        """Poll ``condition`` until it holds; fail if ``proc`` exits first or time runs out."""
+        deadline = time.monotonic() + PATIENCE
+        while not condition():
+            if proc is not None and proc.poll() is not None:
+                pytest.fail(f"the worker exited ({proc.returncode}) before {what}\n{self.output()}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"timed out waiting for {what}\n{self.output()}")
+            time.sleep(0.05)
+
+    def exit_code(self, proc: subprocess.Popen[bytes]) -> int:
+        try:
+            return proc.wait(timeout=PATIENCE)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the worker did not exit\n{self.output()}")
+
+
+@pytest.fixture
+def app(dsn: str, table: str, raw: Raw, tmp_path: Path) -> Iterator[App]:
+    a = App(dsn, table, raw, tmp_path)
+    with pgqueue.Queue(dsn, table=table) as q:
+        q.install()
+    a.execute(
+        "CREATE TABLE {runs} (job_id bigint NOT NULL, attempts int NOT NULL, pid int NOT NULL,"
+        " event text NOT NULL)"
+    )
+    a.execute("CREATE TABLE {release} ()")
+    yield a
+    a.execute("DROP TABLE IF EXISTS {runs}, {release}")
+
+
+@pytest.fixture
+def queue(dsn: str, table: str, app: App) -> Iterator[pgqueue.Queue]:
+    with pgqueue.Queue(dsn, table=table) as q:
+        yield q
+
+
+def run_command(app: App, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pgqueue", *args],
+        cwd=ROOT,
+        env=app.env,
+        capture_output=True,
+        text=True,
+        timeout=PATIENCE,
+        check=False,
+    )
+
+
+# -- the command line -------------------------------------------------------------
+
+
+def test_console_script_is_the_cli_main() -> None:
+    [script] = [e for e in importlib.metadata.entry_points(group="console_scripts")
+                if e.name == "pgqueue"]  # fmt: skip
+    assert script.load() is cli.main
+
+
+def test_version_and_help_exit_zero(app: App) -> None:
+    version = run_command(app, "--version")
+    assert (version.returncode, version.stdout.strip()) == (0, f"pgqueue {pgqueue.__version__}")
+    helped = run_command(app, "worker", "--help")
+    assert helped.returncode == 0
+    for option in ("TARGET", "--dsn", "--concurrency", "--kinds", "--until-empty", "--trio"):
+        assert option in helped.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "usage: pgqueue"),
+        (["worker"], "the following arguments are required: TARGET"),
+        (["worker", "tests.cli_app"], "TARGET must look like module:attribute"),
+        (["worker", "tests.no_such_module:worker"], "no module named 'tests.no_such_module'"),
+        (["worker", "tests.cli_app:no_such_worker"], "has no attribute 'no_such_worker'"),
+        (["worker", "tests.cli_app:worker.nope"], "has no attribute 'worker.nope'"),
+        (["worker", "tests.cli_app:queue"], "is a pgqueue.Queue, not a worker"),
+        (["worker", "tests.cli_app:async_queue"], "is a pgqueue.AsyncQueue, not a worker"),
+        (["worker", "tests.cli_app:HANDLERS"], "is a dict, not a pgqueue.Worker"),
+        (["worker", "pgqueue:Worker"], "is the class Worker"),
+        (["worker", "tests.cli_app:worker", "--trio"], "--trio runs an AsyncWorker"),
+        (["worker", "tests.cli_app:worker", "--concurrency", "0"], "must be at least 1"),
+        (["worker", "tests.cli_app:worker", "--concurrency", "x"], "not an integer"),
+        (["worker", "tests.cli_app:worker", "--kinds", ","], "name at least one kind"),
+        (["worker", "tests.cli_app:worker", "--log-level", "loud"], "invalid choice"),
+        (["worker", "tests.cli_app:worker", "--frobnicate"], "unrecognized arguments"),
+    ],
+)
+def test_bad_arguments_exit_2_with_a_message_and_no_traceback(
+    app: App, args: list[str], message: str
+) -> None:
+    done = run_command(app, *args)
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr
+    assert "usage:" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stdout == ""
+
+
+# -- a worker process -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flavour", list(FLAVOURS))
+def test_until_empty_worker_drains_only_its_kinds_and_exits_zero(
+    app: App, queue: pgqueue.Queue, flavour: str
+) -> None:
+    mine = queue.enqueue_many([("noop", i) for i in range(30)])
+    others = queue.enqueue_many([("block", i) for i in range(3)])
+    args = ["--kinds", "noop", "--concurrency", "3", "--until-empty"]
+    with app.worker(*FLAVOURS[flavour], *args) as proc:
+        assert app.exit_code(proc) == 0, app.output()
+    assert app.runs_of("finish") == Counter(mine)
+    assert app.raw.count() == len(others)
+    assert app.raw.count("kind = 'block' AND status = 'pending' AND attempts = 0") == 3
+    assert "concurrency=3" in app.output()
+
+
+@pytest.mark.parametrize("flavour", list(FLAVOURS))
+def test_dsn_option_overrides_the_server_of_the_targets_queue(
+    app: App, queue: pgqueue.Queue, flavour: str
+) -> None:
+    ids = queue.enqueue_many([("noop", i) for i in range(5)])
+    # The module's own queue points at no server at all; --dsn wins.
+    unreachable = {"PGQUEUE_DSN": UNREACHABLE_DSN, "CLI_APP_RUNS_DSN": app.dsn}
+    with app.worker(*FLAVOURS[flavour], "--dsn", app.dsn, "--until-empty", **unreachable) as proc:
+        assert app.exit_code(proc) == 0, app.output()
+    assert app.runs_of("finish") == Counter(ids)
+    assert app.raw.count() == 0
+
+
+@pytest.mark.parametrize("until_empty", [False, True], ids=["serving", "until-empty"])
+@pytest.mark.parametrize("flavour", list(FLAVOURS))
+def test_sigterm_releases_unstarted_jobs_at_once_and_lets_running_ones_finish(
+    app: App, queue: pgqueue.Queue, raw: Raw, flavour: str, until_empty: bool
+) -> None:
+    ids = queue.enqueue_many([("block", i) for i in range(10)])
+    options = {"CLI_APP_CONCURRENCY": "2", "CLI_APP_BATCH_SIZE": "10"}
+    mode = ["--until-empty"] if until_empty else []
+    with app.worker(*FLAVOURS[flavour], *mode, **options) as proc:
+        app.wait_until(lambda: sum(app.runs_of("start").values()) == 2, "two jobs start", proc)
+        app.wait_until(lambda: raw.count("status = 'running'") == 10, "the batch claimed", proc)
+        started = sorted(app.runs_of("start"))
+
+        proc.send_signal(signal.SIGTERM)
+        # The eight claimed but unstarted jobs go back at once, their attempt
+        # given back, while the two running ones are still held.
+        app.wait_until(
+            lambda: raw.count("status = 'pending' AND attempts = 0") == 8, "the release", proc
+        )
+        assert raw.count("status = 'running'") == 2
+        assert proc.poll() is None  # waiting for its running jobs
+
+        app.release()
+        assert app.exit_code(proc) == 0, app.output()
+
+    assert app.runs_of("finish") == Counter(started)
+    assert sorted(r[0] for r in raw.rows("SELECT id FROM {table}")) == sorted(
+        set(ids) - set(started)
+    )
+    assert raw.count("status = 'pending' AND attempts = 0") == 8
+    assert "SIGTERM" in app.output()
+
+
+def test_second_sigterm_interrupts_running_jobs_and_returns_them_to_pending(
+    app: App, queue: pgqueue.Queue, raw: Raw
+) -> None:
+    queue.enqueue_many([("block", i) for i in range(4)])
+    options = {"CLI_APP_CONCURRENCY": "2", "CLI_APP_BATCH_SIZE": "4"}
+    with app.worker(*FLAVOURS["sync"], **options) as proc:
+        app.wait_until(lambda: sum(app.runs_of("start").values()) == 2, "two jobs start", proc)
+        proc.send_signal(signal.SIGTERM)
+        app.wait_until(lambda: raw.count("status = 'running'") == 2, "the release", proc)
+        proc.send_signal(signal.SIGTERM)
+        # Interrupted: pending again at once, the attempt counted.
+        app.wait_until(
+            lambda: raw.count("status = 'pending' AND attempts = 1") == 2, "interruption", proc
+        )
+        # The handler threads cannot be killed; let them return so the process can end.
+        app.release()
+        assert app.exit_code(proc) == 0, app.output()
+    interrupted = raw.rows("SELECT last_error FROM {table} WHERE attempts = 1")
+    assert [e for (e,) in interrupted if "interrupted" in e] == [e for (e,) in interrupted]
+    assert raw.count("status = 'pending'") == 4
+
+
+def test_sigkilled_workers_jobs_are_reclaimed_after_the_lease_and_run_by_another(
+    app: App, queue: pgqueue.Queue, raw: Raw
+) -> None:
+    ids = queue.enqueue_many([("block", i) for i in range(60)])
+    options = {"CLI_APP_CONCURRENCY": "4", "CLI_APP_BATCH_SIZE": "20"}
+    with app.worker(*FLAVOURS["sync"], **options) as a:
+        app.wait_until(lambda: sum(app.runs_of("start").values()) == 4, "A starts 4 jobs", a)
+        # A batch being run, and the next claimed ahead as soon as it was handed out.
+        app.wait_until(lambda: raw.count("status = 'running'") >= 20, "A holds a batch", a)
+        started_by_a = set(app.runs_of("start"))
+        a.send_signal(signal.SIGKILL)
+        assert app.exit_code(a) == -signal.SIGKILL
+    # Nobody gave them back: what A held is still running, under A's name.
+    held = {job_id for (job_id,) in raw.rows("SELECT id FROM {table} WHERE status = 'running'")}
+    assert len(held) >= 20
+    assert (
+        len(
+            {
+                r[0]
+                for r in raw.rows("SELECT DISTINCT locked_by FROM {table} WHERE status = 'running'")
+            }
+        )
+        == 1
+    )
+
+    app.release()
+    b_options = {**options, "CLI_APP_VISIBILITY_TIMEOUT": "2"}
+    with app.worker(*FLAVOURS["asyncio"], **b_options) as b:
+        app.wait_until(lambda: set(app.runs_of("finish")) == set(ids), "every job handled", b)
+        b.send_signal(signal.SIGTERM)
+        assert app.exit_code(b) == 0, app.output()
+
+    starts = app.runs_of("start")
+    assert set(starts) == set(ids)  # every job handled at least once
+    assert {job_id for job_id, n in starts.items() if n > 1} == started_by_a
+    assert started_by_a <= held
+    assert app.runs_of("finish") == Counter(ids)  # A finished none: it was killed first
+    # A's jobs were claimed twice: the attempt the crash used up is counted.
+    second_tries = app.execute("SELECT job_id, attempts FROM {runs} WHERE event = 'finish'")
+    assert {job_id for job_id, attempts in second_tries if attempts == 2} == held
+    assert "reaped" in app.output()
+    assert raw.count() == 0

@@ -30,6 +30,7 @@ from .aio.queue import AsyncQueue
 from .aio.worker import AsyncWorker
 from .core.jobs import Job
 from .core.sql import SeedStatements
+from .core.worker import WorkerSettings
 from .sync.queue import Queue
 from .sync.worker import Worker
 
@@ -264,8 +265,8 @@ def report(results: dict[str, Result], args: argparse.Namespace, where: str) -> 
     return "\n".join(lines)
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="pgqueue bench", description=__doc__.splitlines()[0])
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``pgqueue bench``."""
     p.add_argument(
         "--dsn",
         default=os.environ.get("PGQUEUE_DSN"),
@@ -273,9 +274,17 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--jobs", type=int, default=50_000, help="jobs per run (default 50,000)")
     p.add_argument(
-        "--concurrency", type=int, default=4, help="pgqueue worker concurrency (default 4)"
+        "--concurrency",
+        type=int,
+        default=WorkerSettings.concurrency,
+        help=f"pgqueue worker concurrency (default {WorkerSettings.concurrency})",
     )
-    p.add_argument("--batch-size", type=int, default=20, help="pgqueue claim batch (default 20)")
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=WorkerSettings.batch_size,
+        help=f"pgqueue claim batch (default {WorkerSettings.batch_size}, the workers' default)",
+    )
     p.add_argument(
         "--backend",
         action="append",
@@ -284,14 +293,20 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--repeat", type=int, default=3, help="runs per contender; the median counts")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
-    return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    args.backend = args.backend or list(BACKENDS)
+    p = argparse.ArgumentParser(prog="pgqueue bench", description=__doc__.splitlines()[0])
+    add_arguments(p)
+    args = p.parse_args(argv)
     if args.jobs < 1 or args.repeat < 1 or args.concurrency < 1 or args.batch_size < 1:
-        parser().error("--jobs, --repeat, --concurrency and --batch-size must be at least 1")
+        p.error("--jobs, --repeat, --concurrency and --batch-size must be at least 1")
+    return run(args)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the benchmark for parsed ``pgqueue bench`` arguments."""
+    args.backend = args.backend or list(BACKENDS)
     with server(args.dsn) as (dsn, where):
         results = measure(args, dsn)
     if args.json:

@@ -4,6 +4,7 @@
     pgqueue worker myapp.jobs:worker --concurrency 8 --kinds send_receipt
     pgqueue worker myapp.jobs:async_worker --trio       # an AsyncWorker on trio
     pgqueue worker myapp.jobs:worker --until-empty      # drain what is ready, then exit
+    pgqueue bench                                       # throughput, beside the seed design
 
 ``TARGET`` is ``module:attribute`` (the attribute may be dotted) naming a
 `pgqueue.Worker` or a `pgqueue.AsyncWorker`; the current directory is put on
@@ -37,6 +38,7 @@ from typing import Any
 import anyio
 
 from . import __version__
+from . import bench as pgqueue_bench
 from .aio.queue import AsyncQueue
 from .aio.worker import AsyncWorker
 from .sync.queue import Queue
@@ -122,7 +124,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="logging level (default: INFO); logs go to stderr",
     )
     worker.set_defaults(run=run_worker, subparser=worker)
+
+    bench = commands.add_parser(
+        "bench",
+        help="measure enqueue and drain throughput beside the seed design",
+        description=pgqueue_bench.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    pgqueue_bench.add_arguments(bench)
+    bench.set_defaults(run=run_bench, subparser=bench)
     return parser
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    if min(args.jobs, args.repeat, args.concurrency, args.batch_size) < 1:
+        raise UsageError("--jobs, --repeat, --concurrency and --batch-size must be at least 1")
+    return pgqueue_bench.run(args)
 
 
 def positive_int(text: str) -> int:

@@ -133,7 +133,7 @@ class AsyncWorker:
         handlers: Mapping[str, Callable[..., Any]] | None = None,
         *,
         concurrency: int = 4,
-        batch_size: int = 20,
+        batch_size: int = 100,
         kinds: Iterable[str] | None = None,
         poll_interval: float | timedelta = 1.0,
         job_timeout: float | timedelta | None = None,

@@ -57,7 +57,7 @@ class WorkerSettings:
     """A worker's validated settings; see `AsyncWorker` for their meaning."""
 
     concurrency: int = 4
-    batch_size: int = 20
+    batch_size: int = 100
     kinds: list[str] | None = None
     poll_interval: float = 1.0
     job_timeout: float | None = None

@@ -167,7 +167,8 @@ class AsyncWorker:
         self._running: dict[int, Job] = {}
         self._unstarted: deque[Job] = deque()
         self._work_ready = anyio.Event()
-        self._drained = anyio.Event()
+        self._low_water = anyio.Event()
+        self._low_water_mark = self.settings.batch_size // 2
         self._closed = False
         self._chunks: set[Chunk] = set()
         self._outcomes: list[Outcome] = []
@@ -271,6 +272,9 @@ class AsyncWorker:
                 # Nothing running before the claim below, and still nothing
                 # to claim after it: the queue is drained.
                 quiet = not self._running and not self._unstarted
+                # Armed before the claim: a notification that arrives while
+                # the claim is in flight still cuts the wait after it short.
+                self._wakeup = anyio.Event()
                 try:
                     with anyio.CancelScope(shield=True):
                         # Shielded: a claim that committed is never dropped on the floor.
@@ -289,11 +293,11 @@ class AsyncWorker:
                 self._unstarted.extend(jobs)
                 self._work_ready.set()
                 self._work_ready = anyio.Event()
-                # Claim the next batch as soon as this one is handed out, so
-                # that it is ready when the runners are.
-                self._drained = anyio.Event()
-                if self._unstarted:
-                    await self._drained.wait()
+                # Claim the next batch once half of this one is handed out:
+                # the database works on it while the runners finish this one.
+                self._low_water = anyio.Event()
+                if len(self._unstarted) > self._low_water_mark:
+                    await self._low_water.wait()
 
     async def _wait_for_work(self, until_empty: bool) -> None:
         if until_empty:
@@ -302,7 +306,6 @@ class AsyncWorker:
             if self._running:
                 await self._job_done.wait()
             return
-        self._wakeup = anyio.Event()
         with anyio.move_on_after(self.settings.poll_interval):
             await self._wakeup.wait()
 
@@ -317,14 +320,22 @@ class AsyncWorker:
             if self._plain(job):
                 await self._run_plain_chunk(self._take_plain_chunk(job))
                 continue
-            if not self._unstarted:
-                self._drained.set()
             self._running[job.id] = job
             try:
+                if self._check_low_water():
+                    # Let the feeder send its claim before this runner goes on.
+                    await anyio.lowlevel.checkpoint()
                 await self._run_one(job)
             finally:
                 del self._running[job.id]
                 self._job_done.set()
+
+    def _check_low_water(self) -> bool:
+        """Tell the feeder when few enough jobs are left unstarted; True if just now."""
+        if len(self._unstarted) <= self._low_water_mark and not self._low_water.is_set():
+            self._low_water.set()
+            return True
+        return False
 
     def _plain(self, job: Job) -> bool:
         """A plain-function job with no timeout: it may share a thread hop with others."""
@@ -340,8 +351,7 @@ class AsyncWorker:
         jobs = [first]
         while self._unstarted and len(jobs) < share and self._plain(self._unstarted[0]):
             jobs.append(self._unstarted.popleft())
-        if not self._unstarted:
-            self._drained.set()
+        self._check_low_water()
         for job in jobs:
             self._running[job.id] = job
         return Chunk(jobs)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import random
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -149,7 +149,7 @@ def test_invalid_policy_is_refused_with_value_error(kwargs: dict[str, Any]) -> N
 
 # -- QueueCore.failure ------------------------------------------------------------
 
-NOW = datetime(2024, 1, 1, tzinfo=timezone.utc)
+NOW = datetime(2024, 1, 1, tzinfo=UTC)
 
 
 def running_job(attempts: int, max_attempts: int, status: JobStatus = JobStatus.RUNNING) -> Job:

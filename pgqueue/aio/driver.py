@@ -22,7 +22,7 @@ import psycopg
 from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from ..core.ops import Copy, Operation, Pipeline, Step, needs_transaction
+from ..core.ops import Copy, Operation, Rows, Step, needs_transaction
 from ..sync import driver as sync_driver
 
 __all__ = ["CallerConnection", "Driver", "PoolTarget", "make_driver"]
@@ -44,11 +44,7 @@ def on_asyncio() -> bool:
     return True
 
 
-async def perform(conn: psycopg.AsyncConnection[Any], step: Step) -> Any:
-    if isinstance(step, Pipeline):
-        async with conn.pipeline(), conn.transaction():
-            cursors = [await conn.execute(q.query, q.params) for q in step.queries]
-        return [await cur.fetchall() if cur.description is not None else [] for cur in cursors]
+async def perform(conn: psycopg.AsyncConnection[Any], step: Step) -> Rows:
     async with conn.cursor() as cur:
         if isinstance(step, Copy):
             async with cur.copy(step.query) as copy:

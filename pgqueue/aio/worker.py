@@ -278,14 +278,16 @@ class AsyncWorker:
                 try:
                     with anyio.CancelScope(shield=True):
                         # Shielded: a claim that committed is never dropped on the floor.
-                        jobs = await self._settle_and_claim()
+                        jobs, carried = await self._settle_and_claim()
                     errors = 0
                 except DATABASE_ERRORS as exc:
                     errors += 1
                     await self._pause_after_error("claim", exc, errors)
                     continue
                 if not jobs:
-                    if until_empty and quiet and not self._outcomes:
+                    # Outcomes recorded by that very statement (a failure due
+                    # again at once, say) were invisible to its claim: look again.
+                    if until_empty and quiet and not carried and not self._outcomes:
                         return
                     await self._wait_for_work(until_empty)
                     continue
@@ -450,8 +452,9 @@ class AsyncWorker:
             self._outcome_ready = anyio.Event()
             await self._flush()
 
-    async def _settle_and_claim(self) -> list[Job]:
-        """Record every outcome waiting and claim the next batch, together."""
+    async def _settle_and_claim(self) -> tuple[list[Job], int]:
+        """Record every outcome waiting and claim the next batch, together;
+        return the jobs claimed and how many outcomes were recorded."""
         async with self._flush_lock:
             batch, self._outcomes = self._outcomes, []
             try:
@@ -466,7 +469,7 @@ class AsyncWorker:
                 self._outcomes[:0] = batch
                 raise
             self._report(batch, turn.completed, turn.failed)
-            return turn.claimed
+            return turn.claimed, len(batch)
 
     def _report(self, batch: list[Outcome], done: list[int], written: dict[int, JobStatus]) -> None:
         lost = len(batch) - len(done) - len(written)

@@ -40,7 +40,7 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _JSON = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
 
 
-class JobStatus(str, enum.Enum):
+class JobStatus(enum.StrEnum):
     """The status a job row has in the table. A succeeded job has no row at all."""
 
     PENDING = "pending"
@@ -66,6 +66,24 @@ class Job:
     locked_by: str | None
     locked_at: datetime | None
     created_at: datetime
+
+    @classmethod
+    def from_json(cls, row: dict[str, Any]) -> Job:
+        """Build a job from a row as PostgreSQL's ``json_agg`` renders it."""
+        locked_at = row["locked_at"]
+        return cls(
+            id=row["id"],
+            kind=row["kind"],
+            payload=row["payload"],
+            attempts=row["attempts"],
+            max_attempts=row["max_attempts"],
+            status=JobStatus(row["status"]),
+            run_at=datetime.fromisoformat(row["run_at"]),
+            last_error=row["last_error"],
+            locked_by=row["locked_by"],
+            locked_at=None if locked_at is None else datetime.fromisoformat(locked_at),
+            created_at=datetime.fromisoformat(row["created_at"]),
+        )
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> Job:

@@ -33,7 +33,7 @@ from .jobs import (
 from .sql import Statements
 from .states import Event, next_state
 
-__all__ = ["Copy", "Cycle", "Operation", "Pipeline", "Plan", "QueueCore", "Query", "Rows", "Step"]
+__all__ = ["Copy", "Cycle", "Operation", "Plan", "QueueCore", "Query", "Rows", "Step"]
 
 T = TypeVar("T")
 Rows = list[tuple[Any, ...]]
@@ -58,17 +58,8 @@ class Copy:
     data: bytes
 
 
-@dataclass(frozen=True, slots=True)
-class Pipeline:
-    """Send several statements at once, in one transaction, with one round trip;
-    the plan receives a list with each statement's rows."""
-
-    queries: tuple[Query, ...]
-
-
-Step = Query | Copy | Pipeline
-# What a plan receives for a step: `Rows`, or a list of them for a `Pipeline`.
-Plan = Generator[Step, Any, T]
+Step = Query | Copy
+Plan = Generator[Step, Rows, T]
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,36 +209,28 @@ class QueueCore:
         limit: int,
         kinds: Iterable[str] | None = None,
     ) -> Operation[Cycle]:
-        """One turn of a worker: record the last outcomes and claim the next
-        batch, in one transaction and one round trip."""
+        """One turn of a worker: record its outcomes and claim its next batch,
+        in one statement (see `Statements.cycle`)."""
         claim = self._claim_query(limit, worker, kinds)
+        return self._cycle(succeeded, failures, worker, claim.params)  # type: ignore[arg-type]
 
-        def plan() -> Plan[Cycle]:
-            return (yield from self._settle_steps(succeeded, failures, worker, claim))
-
-        return Operation(plan())
-
-    def _settle_steps(
+    def _cycle(
         self,
         succeeded: Sequence[int],
         failures: Sequence[Failure],
         worker: str,
-        claim: Query | None = None,
-    ) -> Plan[Cycle]:
-        """A worker's outcomes (and its next claim, if given) in one pipelined,
-        relaxed-commit transaction; see `Statements.relaxed_commit`."""
-        queries = [Query(self.sql.relaxed_commit)]
-        if succeeded:
-            queries.append(Query(self.sql.complete_claimed, (list(succeeded), worker)))
-        if failures:
-            queries.append(self._failures_query(failures))
-        if claim is not None:
-            queries.append(claim)
-        results: list[Rows] = (yield Pipeline(tuple(queries)))[1:]
-        done = [r[0] for r in results.pop(0)] if succeeded else []
-        written = {r[0]: JobStatus(r[1]) for r in results.pop(0)} if failures else {}
-        claimed = _jobs(results.pop(0)) if claim is not None else []
-        return Cycle(done, written, claimed)
+        claim: dict[str, Any],
+    ) -> Operation[Cycle]:
+        statement = self.sql.cycle_kinds if "kinds" in claim else self.sql.cycle
+        params = {**claim, "worker": worker, "done": list(succeeded), **_failure_arrays(failures)}
+
+        def plan() -> Plan[Cycle]:
+            ((done, failed, statuses, claimed),) = yield Query(statement, params)
+            written = {i: JobStatus(s) for i, s in zip(failed, statuses, strict=True)}
+            jobs = sorted(map(Job.from_json, claimed), key=lambda j: (j.run_at, j.id))
+            return Cycle(done, written, jobs)
+
+        return Operation(plan())
 
     def complete(self, jobs_or_ids: Iterable[Job | int]) -> Operation[list[int]]:
         ids = validate_ids(jobs_or_ids)
@@ -309,36 +292,29 @@ class QueueCore:
     def settle(
         self, succeeded: Sequence[int], failures: Sequence[Failure], *, worker: str
     ) -> Operation[tuple[list[int], dict[int, JobStatus]]]:
-        """A worker's batch of outcomes: at most one statement for the successes
-        and one for the failures, whatever the batch's size. Successes are
-        fenced by the worker's name, failures by their claim."""
+        """A worker's batch of outcomes, in one statement whatever its size: a
+        turn of the cycle that claims nothing. Successes are fenced by the
+        worker's name, failures by their claim."""
+        turn = self._cycle(succeeded, failures, worker, {"limit": 0})
 
         def plan() -> Plan[tuple[list[int], dict[int, JobStatus]]]:
             if not succeeded and not failures:
                 return [], {}
-            settled = yield from self._settle_steps(succeeded, failures, worker)
-            return settled.completed, settled.failed
+            done = yield from turn.plan
+            return done.completed, done.failed
 
         return Operation(plan())
 
     def _failures_query(self, failures: Sequence[Failure]) -> Query:
-        return Query(
-            self.sql.record_failures,
-            (
-                [f.job_id for f in failures],
-                [f.attempts for f in failures],
-                [f.locked_by for f in failures],
-                [f.new_attempts for f in failures],
-                [f.status.value for f in failures],
-                [f.delay for f in failures],
-                [f.error for f in failures],
-            ),
-        )
+        return Query(self.sql.record_failures, _failure_arrays(failures))
 
     def reap(self, visibility_timeout: timedelta) -> Operation[list[int]]:
         timeout = validate_timeout(visibility_timeout, "visibility_timeout")
 
         def plan() -> Plan[list[int]]:
+            [(ours,)] = yield Query(self.sql.reap_lock, (self.table,))
+            if not ours:
+                return []  # another worker is reaping this table right now
             rows = yield Query(self.sql.expired, (timeout,))
             failures = [
                 self.failure(
@@ -436,6 +412,19 @@ def copy_text(records: Iterable[tuple[int, str, str, datetime, int]]) -> bytes:
         p = payload.replace("\\", "\\\\")
         lines.append(f"{job_id}\t{k}\t{p}\t{t}\t{max_attempts}\n")
     return "".join(lines).encode()
+
+
+def _failure_arrays(failures: Sequence[Failure]) -> dict[str, list[Any]]:
+    """The parameters of `Statements.record_failures`: one array per column."""
+    return {
+        "f_id": [f.job_id for f in failures],
+        "f_attempts": [f.attempts for f in failures],
+        "f_locked_by": [f.locked_by for f in failures],
+        "f_new_attempts": [f.new_attempts for f in failures],
+        "f_status": [f.status.value for f in failures],
+        "f_delay": [f.delay for f in failures],
+        "f_error": [f.error for f in failures],
+    }
 
 
 def _jobs(rows: Rows) -> list[Job]:

@@ -13,7 +13,7 @@ import psycopg
 from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from ..core.ops import Copy, Operation, Pipeline, Step, drive, needs_transaction
+from ..core.ops import Copy, Operation, Rows, Step, drive, needs_transaction
 
 __all__ = ["CallerConnection", "Driver", "PoolTarget", "make_driver", "run_on"]
 
@@ -24,12 +24,8 @@ PoolTarget = str | ConnectionPool
 """What `Queue` connects with: a DSN, or a pool the caller manages."""
 
 
-def perform(conn: psycopg.Connection[Any], step: Step) -> Any:
+def perform(conn: psycopg.Connection[Any], step: Step) -> Rows:
     """Carry out one step of a plan on `conn`."""
-    if isinstance(step, Pipeline):
-        with conn.pipeline(), conn.transaction():
-            cursors = [conn.execute(q.query, q.params) for q in step.queries]
-        return [cur.fetchall() if cur.description is not None else [] for cur in cursors]
     with conn.cursor() as cur:
         if isinstance(step, Copy):
             with cur.copy(step.query) as copy:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -16,7 +16,7 @@ from ..conftest import Raw
 
 pytestmark = pytest.mark.anyio
 
-NOW = datetime.now(timezone.utc)
+NOW = datetime.now(UTC)
 
 BAD_ENQUEUES: list[tuple[str, tuple[Any, ...], dict[str, Any], type[Exception], str]] = [
     ("unserialisable payload", ("k", object()), {}, TypeError, "JSON"),

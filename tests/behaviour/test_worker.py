@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections import Counter
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import anyio
@@ -56,7 +56,7 @@ async def test_delayed_job_runs_only_after_its_run_at(queue: Any, backend: str) 
     due = (await queue.get(job_id)).run_at
 
     def later(job: pgqueue.Job) -> None:
-        ran_at.append(datetime.now(timezone.utc))
+        ran_at.append(datetime.now(UTC))
         worker.stop()
 
     worker = WorkerUnderTest(backend, queue, {"later": later}, poll_interval=0.1)

@@ -178,21 +178,22 @@ class QueueCore:
 
     # -- claim and outcomes ---------------------------------------------
 
-    def _claim_query(self, limit: int, worker: str, kinds: Iterable[str] | None) -> Query:
+    def _claim_params(self, limit: int, worker: str, kinds: Iterable[str] | None) -> dict[str, Any]:
+        """A claim's validated parameters; ``kinds`` is present only to filter by kind."""
         limit = validate_limit(limit)
         kind_list = validate_kinds(kinds)
         if not isinstance(worker, str) or not worker or "\x00" in worker:
             raise ValueError("worker must be a non-empty str")
         params: dict[str, Any] = {"worker": worker, "limit": limit}
-        if kind_list is None:
-            return Query(self.sql.claim, params)
-        params["kinds"] = kind_list
-        return Query(self.sql.claim_kinds, params)
+        if kind_list is not None:
+            params["kinds"] = kind_list
+        return params
 
     def claim(
         self, limit: int = 20, *, worker: str, kinds: Iterable[str] | None = None
     ) -> Operation[list[Job]]:
-        query = self._claim_query(limit, worker, kinds)
+        params = self._claim_params(limit, worker, kinds)
+        query = Query(self.sql.claim_kinds if "kinds" in params else self.sql.claim, params)
 
         def plan() -> Plan[list[Job]]:
             rows = yield query
@@ -211,8 +212,7 @@ class QueueCore:
     ) -> Operation[Cycle]:
         """One turn of a worker: record its outcomes and claim its next batch,
         in one statement (see `Statements.cycle`)."""
-        claim = self._claim_query(limit, worker, kinds)
-        return self._cycle(succeeded, failures, worker, claim.params)  # type: ignore[arg-type]
+        return self._cycle(succeeded, failures, worker, self._claim_params(limit, worker, kinds))
 
     def _cycle(
         self,

@@ -163,7 +163,7 @@ def run_async(dsn: str, n: int, concurrency: int, batch_size: int, backend: str)
 
 
 def run_seed(dsn: str, n: int) -> Run:
-    """Four asyncio workers, batches of 20, one DELETE per job; enqueue by executemany."""
+    """Four asyncio workers, batches of 20, one delete statement per job; enqueue by executemany."""
     table = _table()
     sql = SeedStatements(table)
 
@@ -245,7 +245,7 @@ def report(results: dict[str, Result], args: argparse.Namespace, where: str) -> 
     lines = [
         f"pgqueue bench: {args.jobs:,} trivial jobs, median of {args.repeat} run(s), on {where}",
         f"pgqueue workers: concurrency={args.concurrency}, batch_size={args.batch_size}; "
-        f"seed design: {SEED_WORKERS} workers, batches of {SEED_BATCH}, one DELETE per job",
+        f"seed design: {SEED_WORKERS} workers, batches of {SEED_BATCH}, one delete per job",
         "",
         f"{'backend':<10}{'enqueue s':>11}{'drain s':>10}{'jobs/s':>10}{'vs seed':>9}",
     ]

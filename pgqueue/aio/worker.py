@@ -1,11 +1,14 @@
 """`AsyncWorker`: claim, run, record — on asyncio or trio.
 
-The cycle: a feeder claims a batch in one statement and hands the jobs one
-at a time to ``concurrency`` runner tasks; each outcome is buffered and a
-completer records the buffer in one round trip (successes deleted together,
-failures deferred or buried together). Around it: a heartbeat that keeps
-the leases of claimed jobs, a reaper that returns other workers' expired
-jobs, a LISTEN connection that wakes the feeder, and signal handling.
+The cycle: a feeder claims a batch into a deque that ``concurrency``
+runner tasks pull from (plain-function handlers a few at a time per
+thread hop). Outcomes are buffered; each turn of the feeder is one
+statement that records them (successes deleted together, failures deferred
+or buried together) and claims the next batch, which it does when half of
+the current one is handed out. Outcomes that no turn carries soon are
+recorded by a completer. Around it: a heartbeat that keeps the leases of
+claimed jobs, a reaper that returns other workers' expired jobs, a LISTEN
+connection that wakes the feeder, and signal handling.
 
 `pgqueue.Worker` (sync) runs this same worker on an event loop of its own,
 with plain-function handlers in worker threads.

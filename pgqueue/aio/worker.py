@@ -35,7 +35,7 @@ import psycopg
 import psycopg_pool
 from anyio.abc import TaskStatus
 
-from ..core.jobs import Job, JobStatus
+from ..core.jobs import Job
 from ..core.ops import Failure
 from ..core.states import Event
 from ..core.worker import Handlers, MissingHandler, WorkerSettings, describe_error
@@ -459,22 +459,41 @@ class AsyncWorker:
         """Record every outcome waiting and claim the next batch, together;
         return the jobs claimed and how many outcomes were recorded."""
         async with self._flush_lock:
-            batch, self._outcomes = self._outcomes, []
-            try:
+            return await self._write_outcomes(claim=True)
+
+    async def _flush(self) -> None:
+        async with self._flush_lock:
+            errors = 0
+            while self._outcomes:
+                try:
+                    await self._write_outcomes(claim=False)
+                except DATABASE_ERRORS as exc:
+                    errors += 1
+                    await self._pause_after_error("recording outcomes", exc, errors)
+
+    async def _write_outcomes(self, *, claim: bool) -> tuple[list[Job], int]:
+        """(Under the flush lock.) Write every outcome waiting, and claim the
+        next batch if asked, in one statement. On an error the outcomes go
+        back to wait for the next try."""
+        batch, self._outcomes = self._outcomes, []
+        succeeded = [o.job.id for o in batch if o.failure is None]
+        failures = [o.failure for o in batch if o.failure is not None]
+        claimed: list[Job] = []
+        try:
+            if claim:
                 turn = await self.queue.cycle(
-                    [o.job.id for o in batch if o.failure is None],
-                    [o.failure for o in batch if o.failure is not None],
+                    succeeded,
+                    failures,
                     worker=self.name,
                     limit=self.settings.batch_size,
                     kinds=self.settings.kinds,
                 )
-            except BaseException:
-                self._outcomes[:0] = batch
-                raise
-            self._report(batch, turn.completed, turn.failed)
-            return turn.claimed, len(batch)
-
-    def _report(self, batch: list[Outcome], done: list[int], written: dict[int, JobStatus]) -> None:
+                done, written, claimed = turn.completed, turn.failed, turn.claimed
+            else:
+                done, written = await self.queue.settle(succeeded, failures, worker=self.name)
+        except BaseException:
+            self._outcomes[:0] = batch
+            raise
         lost = len(batch) - len(done) - len(written)
         if lost:
             log.warning(
@@ -484,22 +503,7 @@ class AsyncWorker:
             )
         for job_id, status in written.items():
             log.debug("job %d is now %s", job_id, status)
-
-    async def _flush(self) -> None:
-        async with self._flush_lock:
-            errors = 0
-            while self._outcomes:
-                batch, self._outcomes = self._outcomes, []
-                succeeded = [o.job.id for o in batch if o.failure is None]
-                failures = [o.failure for o in batch if o.failure is not None]
-                try:
-                    done, written = await self.queue.settle(succeeded, failures, worker=self.name)
-                except DATABASE_ERRORS as exc:
-                    self._outcomes[:0] = batch
-                    errors += 1
-                    await self._pause_after_error("recording outcomes", exc, errors)
-                    continue
-                self._report(batch, done, written)
+        return claimed, len(batch)
 
     async def _release(self, jobs: list[Job]) -> None:
         if not jobs:

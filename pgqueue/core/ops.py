@@ -197,7 +197,7 @@ class QueueCore:
 
         def plan() -> Plan[list[Job]]:
             rows = yield query
-            return _jobs(rows)
+            return _in_claim_order(map(Job.from_row, rows))
 
         return Operation(plan())
 
@@ -227,8 +227,7 @@ class QueueCore:
         def plan() -> Plan[Cycle]:
             ((done, failed, statuses, claimed),) = yield Query(statement, params)
             written = {i: JobStatus(s) for i, s in zip(failed, statuses, strict=True)}
-            jobs = sorted(map(Job.from_json, claimed), key=lambda j: (j.run_at, j.id))
-            return Cycle(done, written, jobs)
+            return Cycle(done, written, _in_claim_order(map(Job.from_json, claimed)))
 
         return Operation(plan())
 
@@ -427,8 +426,9 @@ def _failure_arrays(failures: Sequence[Failure]) -> dict[str, list[Any]]:
     }
 
 
-def _jobs(rows: Rows) -> list[Job]:
-    return sorted((Job.from_row(r) for r in rows), key=lambda j: (j.run_at, j.id))
+def _in_claim_order(jobs: Iterable[Job]) -> list[Job]:
+    # RETURNING promises no order; the claim's is (run_at, id).
+    return sorted(jobs, key=lambda j: (j.run_at, j.id))
 
 
 def _running_stub(job_id: int, attempts: int, max_attempts: int, locked_by: str | None) -> Job:

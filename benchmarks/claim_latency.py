@@ -49,6 +49,7 @@ import psycopg
 from psycopg import sql
 
 import pgqueue
+from pgqueue.embedded import dsn_or_embedded
 
 SMALL_PENDING = 10_000  # the live backlog beside the dead / deleted rows
 
@@ -111,17 +112,6 @@ def percentile(values: list[float], pct: float) -> float:
     ordered = sorted(values)
     rank = max(1, -(-len(ordered) * pct // 100))  # ceil without floats drifting
     return ordered[int(rank) - 1]
-
-
-@contextmanager
-def server(dsn: str | None) -> Iterator[str]:
-    if dsn:
-        yield dsn
-        return
-    from pgqueue.embedded import EmbeddedPostgres
-
-    with EmbeddedPostgres() as embedded_dsn:
-        yield embedded_dsn
 
 
 # -- filling -------------------------------------------------------------------------
@@ -372,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
     if any(c.pending < needed for c in todo):
         p.error(f"every backlog must hold (claims + warmup) * batch = {needed} jobs")
 
-    with server(args.dsn) as dsn:
+    with dsn_or_embedded(args.dsn) as dsn:
         results = measure(dsn, todo, args.claims, args.batch, args.warmup, verbose=not args.json)
     if args.json:
         ratio = size_ratio(results)

@@ -29,8 +29,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +39,7 @@ import psycopg
 from psycopg import sql
 
 import pgqueue
+from pgqueue.embedded import dsn_or_embedded
 
 BACKENDS = ("asyncio", "trio", "sync")
 POLL_INTERVAL = 60.0  # longer than any wait below: only NOTIFY wakes the worker
@@ -68,17 +68,6 @@ class Samples:
 
     def latencies_ms(self) -> list[float]:
         return [(self.started[n] - t) * 1000 for n, t in sorted(self.committed.items()) if n >= 0]
-
-
-@contextmanager
-def server(dsn: str | None) -> Iterator[str]:
-    if dsn:
-        yield dsn
-        return
-    from pgqueue.embedded import EmbeddedPostgres
-
-    with EmbeddedPostgres() as embedded_dsn:
-        yield embedded_dsn
 
 
 def percentile(values: list[float], pct: float) -> float:
@@ -198,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     backends = args.backend or ["asyncio"]
 
     results: dict[str, dict[str, Any]] = {}
-    with server(args.dsn) as dsn:
+    with dsn_or_embedded(args.dsn) as dsn:
         for backend in backends:
             if not args.json:
                 print(f"measuring {backend}...", file=sys.stderr)

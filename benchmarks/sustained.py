@@ -33,8 +33,6 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -44,6 +42,7 @@ from psycopg import sql
 
 import pgqueue
 from pgqueue.core.worker import WorkerSettings
+from pgqueue.embedded import dsn_or_embedded
 
 ENQUEUE_EVERY = 0.1  # seconds between enqueue_many calls
 
@@ -90,17 +89,6 @@ class Verdict:
 
 def mb(n: int) -> str:
     return f"{n / 2**20:.2f}"
-
-
-@contextmanager
-def server(dsn: str | None) -> Iterator[str]:
-    if dsn:
-        yield dsn
-        return
-    from pgqueue.embedded import EmbeddedPostgres
-
-    with EmbeddedPostgres() as embedded_dsn:
-        yield embedded_dsn
 
 
 _SAMPLE = sql.SQL(
@@ -321,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
 
     table = f"sustained_{uuid.uuid4().hex[:10]}"
     duration = args.minutes * 60
-    with server(args.dsn) as dsn:
+    with dsn_or_embedded(args.dsn) as dsn:
         run = Run(args, dsn, table)
         try:
             anyio.run(run.main, backend="asyncio")

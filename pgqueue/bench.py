@@ -18,8 +18,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -31,6 +30,7 @@ from .aio.worker import AsyncWorker
 from .core.jobs import Job
 from .core.sql import SeedStatements
 from .core.worker import WorkerSettings
+from .embedded import dsn_or_embedded
 from .sync.queue import Queue
 from .sync.worker import Worker
 
@@ -206,16 +206,10 @@ def run_seed(dsn: str, n: int) -> Run:
 # -- the command -----------------------------------------------------------------------
 
 
-@contextmanager
-def server(dsn: str | None) -> Iterator[tuple[str, str]]:
-    """The DSN to use and a description of the server."""
+def describe_server(dsn: str | None) -> str:
     if dsn:
-        yield dsn, "the server at --dsn / PGQUEUE_DSN"
-        return
-    from .embedded import EmbeddedPostgres
-
-    with EmbeddedPostgres() as embedded:
-        yield embedded, "an embedded PostgreSQL (default settings)"
+        return "the server at --dsn / PGQUEUE_DSN"
+    return "an embedded PostgreSQL (default settings)"
 
 
 def measure(args: argparse.Namespace, dsn: str) -> dict[str, Result]:
@@ -307,7 +301,8 @@ def main(argv: list[str] | None = None) -> int:
 def run(args: argparse.Namespace) -> int:
     """Run the benchmark for parsed ``pgqueue bench`` arguments."""
     args.backend = args.backend or list(BACKENDS)
-    with server(args.dsn) as (dsn, where):
+    where = describe_server(args.dsn)
+    with dsn_or_embedded(args.dsn) as dsn:
         results = measure(args, dsn)
     if args.json:
         seed = results["seed"]

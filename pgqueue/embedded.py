@@ -13,11 +13,13 @@ import os
 import shutil
 import tempfile
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-__all__ = ["EmbeddedPostgres"]
+__all__ = ["EmbeddedPostgres", "dsn_or_embedded"]
 
 
 class EmbeddedPostgres:
@@ -74,3 +76,13 @@ class EmbeddedPostgres:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+@contextmanager
+def dsn_or_embedded(dsn: str | None) -> Iterator[str]:
+    """``dsn`` itself if given; otherwise an embedded server's, for the block's duration."""
+    if dsn:
+        yield dsn
+        return
+    with EmbeddedPostgres() as embedded:
+        yield embedded

@@ -6,6 +6,8 @@ The suite starts an embedded PostgreSQL 18 (the ``embedded`` extra) unless
 
 from __future__ import annotations
 
+import os
+
 import nox
 
 nox.options.default_venv_backend = "uv|virtualenv"
@@ -16,9 +18,10 @@ BACKENDS = ("sync", "asyncio", "trio")
 PYTHON = None  # the interpreter nox runs on
 
 
-def _tests(session: nox.Session, *paths: str, backend: str | None = None) -> None:
+def _tests(session: nox.Session, *paths: str, backend: str | None = None, **env: str) -> None:
     session.install("-e", ".[test]")
-    env = {"PGQUEUE_TEST_BACKEND": backend} if backend else {}
+    if backend:
+        env["PGQUEUE_TEST_BACKEND"] = backend
     session.run("pytest", *(session.posargs or paths), env=env)
 
 
@@ -36,7 +39,40 @@ for _backend in BACKENDS:
 @nox.session(name="tests-core", python=PYTHON)
 def tests_core(session: nox.Session) -> None:
     """Pure property tests, the stateful model test and the examples."""
-    _tests(session, "tests", "--ignore=tests/behaviour", backend="sync")
+    _tests(
+        session,
+        "tests",
+        "--ignore=tests/behaviour",
+        "--ignore=tests/reliability",
+        backend="sync",
+    )
+
+
+@nox.session(name="tests-pg15", python=PYTHON, default=False)
+def tests_pg15(session: nox.Session) -> None:
+    """The behaviour suite on PostgreSQL 15, from its server binaries on disk.
+
+    Not part of plain ``nox``: it needs Debian's ``postgresql-15`` package
+    (or ``PGQUEUE_TEST_PG_BIN`` pointing at another bin directory). CI
+    installs the package and runs it after the default sessions.
+    """
+    bin_dir = os.environ.get("PGQUEUE_TEST_PG_BIN", "/usr/lib/postgresql/15/bin")
+    _tests(session, "tests/behaviour", backend="asyncio", PGQUEUE_TEST_PG_BIN=bin_dir)
+
+
+@nox.session(python=PYTHON)
+def docs(session: nox.Session) -> None:
+    """Build the documentation site; any warning fails it."""
+    session.install("-e", ".[docs]")
+    # NO_MKDOCS_2_WARNING: mkdocs-material prints a banner about its successor on every build.
+    session.run(
+        "mkdocs",
+        "build",
+        "--strict",
+        "--site-dir",
+        "build/site",
+        env={"NO_MKDOCS_2_WARNING": "1"},
+    )
 
 
 @nox.session(python=PYTHON)
@@ -51,5 +87,5 @@ def lint(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def typecheck(session: nox.Session) -> None:
     """mypy --strict on the package."""
-    session.install("-e", ".[embedded]", "mypy")
+    session.install("-e", ".[embedded,prometheus]", "mypy")
     session.run("mypy", "--strict", "pgqueue")

@@ -8,7 +8,9 @@ from __future__ import annotations
 from .aio.queue import AsyncQueue
 from .aio.worker import AsyncWorker
 from .core.backoff import Backoff
+from .core.events import EventName, JobEvent
 from .core.jobs import Job, JobNotRunning, JobSpec, JobStatus, Stats
+from .core.migrations import IncompatibleTable, SchemaError, SchemaTooNew
 from .core.states import IllegalTransition
 from .sync.queue import Queue
 from .sync.worker import Worker
@@ -17,12 +19,17 @@ __all__ = [
     "AsyncQueue",
     "AsyncWorker",
     "Backoff",
+    "EventName",
     "IllegalTransition",
+    "IncompatibleTable",
     "Job",
+    "JobEvent",
     "JobNotRunning",
     "JobSpec",
     "JobStatus",
     "Queue",
+    "SchemaError",
+    "SchemaTooNew",
     "Stats",
     "Worker",
 ]

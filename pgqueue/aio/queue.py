@@ -23,7 +23,7 @@ __all__ = ["AsyncQueue"]
 class AsyncQueue:
     """A job queue in one PostgreSQL table, for async code (asyncio or trio).
 
-    Give it a DSN (it opens a pool of its own) or a pool you manage::
+    Give it a DSN (it opens a pool of its own) or a pool you manage:
 
         async with pgqueue.AsyncQueue("postgresql://localhost/app") as q:
             await q.install()
@@ -42,8 +42,9 @@ class AsyncQueue:
         table: str = "pgqueue_jobs",
         backoff: Backoff | None = None,
         max_connections: int = 10,
+        history: bool = False,
     ) -> None:
-        self.core = QueueCore(table, backoff=backoff)
+        self.core = QueueCore(table, backoff=backoff, history=history)
         self._driver = make_driver(conninfo_or_pool, max_size=max_connections)
 
     @property
@@ -76,9 +77,28 @@ class AsyncQueue:
     ) -> None:
         await self.close()
 
-    async def install(self) -> None:
-        """Create the table and its indexes if they are missing (idempotent, concurrency-safe)."""
-        await self._driver.run(self.core.install())
+    async def install(self) -> list[int]:
+        """Create or upgrade the queue's schema; return the migrations applied (often none).
+
+        The numbered migrations of `pgqueue.core.migrations` that the table
+        lacks are applied in one transaction, one installer at a time
+        (an advisory lock), and recorded in ``pgqueue_schema``. A table
+        built by hand with the same columns is adopted in place. Raises
+        `pgqueue.SchemaTooNew` if the database is ahead of this library and
+        `pgqueue.IncompatibleTable` if a table of that name is not a queue's.
+        """
+        return await self._driver.run(self.core.install())
+
+    async def schema_version(self) -> int | None:
+        """The schema version recorded for the table; None if it was never installed."""
+        return await self._driver.run(self.core.schema_version())
+
+    async def uninstall(self) -> None:
+        """Drop the queue table with every job in it, its history table and its schema record.
+
+        For tests and teardown; there is no undo.
+        """
+        await self._driver.run(self.core.uninstall())
 
     async def enqueue(
         self,
@@ -169,9 +189,11 @@ class AsyncQueue:
         """Revive dead jobs: ``pending``, due now, with a fresh set of attempts."""
         return await self._driver.run(self.core.retry(job_ids))
 
-    async def stats(self) -> Stats:
-        """Counts by status and by kind, and the age of the oldest ready job."""
-        return await self._driver.run(self.core.stats())
+    async def stats(self, visibility_timeout: timedelta | None = None) -> Stats:
+        """Counts by status and by kind, the age of the oldest ready job, and how
+        many running jobs hold a lease older than ``visibility_timeout`` (default:
+        5 minutes, the workers' default) -- jobs the reaper will take back."""
+        return await self._driver.run(self.core.stats(visibility_timeout))
 
     async def settle(
         self, succeeded: Sequence[int], failures: Sequence[Failure], *, worker: str
@@ -196,6 +218,49 @@ class AsyncQueue:
         """Renew the leases of ``worker``'s running jobs; return those still held."""
         return await self._driver.run(self.core.heartbeat(job_ids, worker=worker))
 
+    async def prune_history(self, older_than: timedelta) -> int:
+        """Delete history rows that left the queue more than `older_than` ago; return how many.
+
+        The history table (``<table>_history``) is written only by a queue
+        made with ``history=True``: each job that succeeds, and each dead job
+        purged, is copied there by the statement that deletes it.
+        """
+        return await self._driver.run(self.core.prune_history(older_than))
+
     async def explain_claim(self) -> str:
         """The plan PostgreSQL chooses for the claim query (``EXPLAIN``)."""
         return await self._driver.run(self.core.explain_claim())
+
+    async def jobs(
+        self,
+        *,
+        status: JobStatus | str | None = None,
+        kinds: Iterable[str] | None = None,
+        limit: int = 100,
+        after_id: int | None = None,
+    ) -> list[Job]:
+        """Up to ``limit`` jobs in id order, of one ``status`` and of ``kinds`` if given.
+
+        ``after_id`` pages: pass the last id of one page to get the next.
+        Reads only; a succeeded job has no row and is never listed.
+        """
+        op = self.core.jobs(status=status, kinds=kinds, limit=limit, after_id=after_id)
+        return await self._driver.run(op)
+
+    async def retry_dead(self, *, kinds: Iterable[str] | None = None) -> int:
+        """Revive every dead job (of ``kinds``, if given), as `retry` does; return how many.
+
+        Each becomes ``pending``, due now, with a fresh set of attempts; its
+        ``last_error`` stays until it fails again. Idle workers are woken.
+        """
+        return await self._driver.run(self.core.retry_dead(kinds=kinds))
+
+    async def purge_dead(self, older_than: timedelta, *, kinds: Iterable[str] | None = None) -> int:
+        """Delete dead jobs (of ``kinds``, if given) older than ``older_than``; return how many.
+
+        A dead job's ``run_at`` is the moment it died; its age counts from
+        there. ``timedelta(0)`` purges every dead job. On a queue made with
+        ``history=True``, the statement that deletes them copies them into
+        the history table.
+        """
+        return await self._driver.run(self.core.purge_dead(older_than, kinds=kinds))

@@ -21,11 +21,12 @@ import random
 import signal
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import nullcontext, suppress
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from time import perf_counter
+from typing import Any, TypeVar
 
 import anyio
 import anyio.from_thread
@@ -35,7 +36,15 @@ import psycopg
 import psycopg_pool
 from anyio.abc import TaskStatus
 
-from ..core.jobs import Job
+from ..core.events import (
+    EventListener,
+    EventName,
+    JobEvent,
+    check_listener,
+    first_line,
+    listeners_from,
+)
+from ..core.jobs import Job, JobStatus
 from ..core.ops import Failure
 from ..core.states import Event
 from ..core.worker import Handlers, MissingHandler, WorkerSettings, describe_error
@@ -44,6 +53,8 @@ from .queue import AsyncQueue
 __all__ = ["AsyncWorker"]
 
 log = logging.getLogger("pgqueue.worker")
+
+L = TypeVar("L", bound=EventListener)
 
 # What a lost or refused database looks like; the worker waits and retries.
 DATABASE_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError, psycopg_pool.PoolTimeout)
@@ -56,12 +67,28 @@ INTERRUPTED = "interrupted: the worker shut down before the job finished"
 OUTCOME_LINGER = 0.02
 
 
+# Which event a failure that left its job pending reports, by what it was decided for.
+_PENDING_AGAIN = {
+    Event.FAIL: EventName.FAILED,
+    Event.EXPIRE: EventName.INTERRUPTED,
+    Event.RELEASE: EventName.RELEASED,
+}
+
+
+def describe_jobs(jobs: Iterable[Job], limit: int = 20) -> str:
+    """``"12 (send_receipt), 13 (send_receipt)"``: jobs for a log line, the first ``limit``."""
+    listed = list(jobs)
+    text = ", ".join(f"{j.id} ({j.kind})" for j in listed[:limit])
+    return f"{text} and {len(listed) - limit} more" if len(listed) > limit else text
+
+
 class Chunk:
     """Plain-function jobs that one worker thread runs one after another."""
 
     def __init__(self, jobs: list[Job]) -> None:
         self.jobs = jobs
-        self.ran: list[tuple[Job, Exception | None]] = []
+        # (job, its error or None, seconds it ran or None when untimed)
+        self.ran: list[tuple[Job, Exception | None, float | None]] = []
         self._next = 0
         self._cut = False
         self._lock = threading.Lock()
@@ -82,9 +109,11 @@ class Chunk:
             self._cut = True
             return self.jobs[self._next :]
 
-    def finish(self) -> tuple[list[tuple[Job, Exception | None]], list[Job], list[Job]]:
+    def finish(
+        self,
+    ) -> tuple[list[tuple[Job, Exception | None, float | None]], list[Job], list[Job]]:
         """(On the event loop.) Cut the chunk and split it: the jobs that ran
-        (with their error), the job begun but unfinished (abandoned), and the
+        (with their error and run time), the job begun but unfinished (abandoned), and the
         jobs never begun that `cut` has not handed out yet."""
         never_begun = self.cut()
         with self._lock:
@@ -97,12 +126,12 @@ class Chunk:
 class Outcome:
     job: Job
     failure: Failure | None  # None: success
+    cause: Event = Event.SUCCEED  # what the failure was decided for: FAIL, EXPIRE, RELEASE
+    duration: float | None = None  # the handler's run time, when listeners want it
 
 
 class AsyncWorker:
     """Run handlers for the jobs of an `AsyncQueue` (asyncio or trio).
-
-    ::
 
         worker = pgqueue.AsyncWorker(queue, concurrency=8)
 
@@ -128,6 +157,11 @@ class AsyncWorker:
     (their attempt is given back), and lets running jobs finish for up to
     ``grace_period`` seconds; a job still running then is interrupted and
     returned to ``pending`` at once, its attempt counted.
+
+    ``on_event`` (a callable or a sequence of them; more with
+    `add_event_listener`) receives a `JobEvent` for every job claimed,
+    succeeded, failed, dead, released, interrupted or reaped, once the
+    outcome is written. See `add_event_listener`.
     """
 
     def __init__(
@@ -144,9 +178,13 @@ class AsyncWorker:
         grace_period: float | timedelta = 30.0,
         name: str | None = None,
         handle_signals: bool = True,
+        on_event: EventListener | Sequence[EventListener] | None = None,
     ) -> None:
         self.queue = queue
         self.handlers = Handlers(handlers)
+        self._event_listeners = listeners_from(on_event)
+        # id(listener) -> exceptions it raised this run; only the first is logged.
+        self._event_listener_errors: dict[int, int] = {}
         self.settings = WorkerSettings.build(
             concurrency=concurrency,
             batch_size=batch_size,
@@ -186,6 +224,25 @@ class AsyncWorker:
     def handler(self, kind: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Register the decorated function as the handler of ``kind``."""
         return self.handlers.register(kind)
+
+    def add_event_listener(self, listener: L) -> L:
+        """Call ``listener`` with every `JobEvent` of this worker; returns it (a decorator too):
+
+            @worker.add_event_listener
+            def count(event: pgqueue.JobEvent) -> None:
+                outcomes[event.name] += 1
+
+        Listeners are plain functions, called in the order they were added, on
+        the worker's event loop thread, while the worker waits: keep them cheap
+        (count, or put the event on a queue that another thread or task
+        drains). A listener that raises is logged at ERROR with its traceback
+        the first time (later errors are counted, and the count logged when
+        the worker stops) and never disturbs the worker or other listeners.
+        With no listener at all, the worker does no per-job work for events.
+        """
+        check_listener(listener)
+        self._event_listeners.append(listener)
+        return listener
 
     # -- control ------------------------------------------------------------
 
@@ -239,6 +296,7 @@ class AsyncWorker:
             self._token = None
             # A stop() that came before run() stops that run at once; this one is spent.
             self._stopping = False
+            self._report_listener_errors()
             log.info("worker %s stopped", self.name)
 
     # -- the cycle ----------------------------------------------------------------
@@ -294,7 +352,8 @@ class AsyncWorker:
                         return
                     await self._wait_for_work(until_empty)
                     continue
-                log.debug("worker %s claimed %d jobs", self.name, len(jobs))
+                if self._event_listeners or log.isEnabledFor(logging.DEBUG):
+                    self._report_claimed(jobs)
                 self._unstarted.extend(jobs)
                 self._work_ready.set()
                 self._work_ready = anyio.Event()
@@ -377,12 +436,11 @@ class AsyncWorker:
         finally:
             self._chunks.discard(chunk)
             ran, abandoned, never_begun = chunk.finish()
-            for job, exc in ran:
+            for job, exc, duration in ran:
                 if exc is None:
-                    self._outcomes.append(Outcome(job, None))
+                    self._outcomes.append(Outcome(job, None, Event.SUCCEED, duration))
                 else:
-                    self._log_failure(job, exc)
-                    self._record(job, describe_error(exc), Event.FAIL)
+                    self._record(job, describe_error(exc), Event.FAIL, duration, exc)
             for job in abandoned:
                 self._record(job, INTERRUPTED, Event.EXPIRE)
             for job in never_begun:
@@ -394,19 +452,22 @@ class AsyncWorker:
 
     def _call_plain(self, chunk: Chunk) -> None:
         """In a worker thread: run the chunk's handlers until it ends or is cut."""
+        timed = bool(self._event_listeners)  # run times are for listeners only
         while (job := chunk.start_next()) is not None:
             handler = self.handlers.get(job.kind)
             assert handler is not None
+            start = perf_counter() if timed else None
+            error: Exception | None = None
             try:
                 handler(job)
             except Exception as exc:
-                chunk.ran.append((job, exc))
-            else:
-                chunk.ran.append((job, None))
+                error = exc
+            chunk.ran.append((job, error, None if start is None else perf_counter() - start))
 
     async def _run_one(self, job: Job) -> None:
         handler = self.handlers.get(job.kind)
         timeout = self.settings.job_timeout
+        start = perf_counter() if self._event_listeners else None  # run times are for listeners
         try:
             if handler is None:
                 raise MissingHandler(job.kind, self.handlers.kinds())
@@ -422,27 +483,57 @@ class AsyncWorker:
             self._record(job, INTERRUPTED, Event.EXPIRE)
             raise
         except TimeoutError as exc:
-            text = (
-                describe_error(exc)
-                if timeout is None
-                else f"TimeoutError: job_timeout of {timeout}s exceeded"
-            )
-            log.warning("job %d (%s) failed: %s", job.id, job.kind, text.splitlines()[0])
-            self._record(job, text, Event.FAIL)
+            ran = None if start is None else perf_counter() - start
+            if timeout is None:  # the handler's own
+                self._record(job, describe_error(exc), Event.FAIL, ran, exc)
+            else:
+                text = f"TimeoutError: job_timeout of {timeout}s exceeded"
+                self._record(job, text, Event.FAIL, ran)
         except Exception as exc:
-            self._log_failure(job, exc)
-            self._record(job, describe_error(exc), Event.FAIL)
+            ran = None if start is None or handler is None else perf_counter() - start
+            self._record(job, describe_error(exc), Event.FAIL, ran, exc)
         else:
-            self._outcomes.append(Outcome(job, None))
+            ran = None if start is None else perf_counter() - start
+            self._outcomes.append(Outcome(job, None, Event.SUCCEED, ran))
             self._outcome_ready.set()
 
-    def _log_failure(self, job: Job, exc: Exception) -> None:
-        log.warning("job %d (%s) failed: %s: %s", job.id, job.kind, type(exc).__name__, exc)
-
-    def _record(self, job: Job, error: str, event: Event) -> None:
+    def _record(
+        self,
+        job: Job,
+        error: str,
+        event: Event,
+        duration: float | None = None,
+        exc: BaseException | None = None,
+    ) -> None:
+        """Decide what a failed, interrupted or released job becomes, log it, and
+        queue the outcome for writing."""
         failure = self.queue.core.failure(job, error, event=event)
-        self._outcomes.append(Outcome(job, failure))
+        self._log_failure(job, failure, event, exc)
+        self._outcomes.append(Outcome(job, failure, event, duration))
         self._outcome_ready.set()
+
+    def _log_failure(
+        self, job: Job, failure: Failure, event: Event, exc: BaseException | None
+    ) -> None:
+        # Logged when decided, with the exception at hand; a listener hears of
+        # it once written (see `_report_outcomes`).
+        tries = f"{job.attempts} of {job.max_attempts}"
+        if event is Event.RELEASE:
+            log.debug("job %d (%s) released unstarted", job.id, job.kind)
+        elif event is Event.EXPIRE:
+            if failure.status is JobStatus.DEAD:
+                message = "job %d (%s) interrupted at shutdown on its last attempt (%s): now dead"
+                log.error(message, job.id, job.kind, tries)
+            else:
+                message = "job %d (%s) interrupted at shutdown (attempt %s): back to pending"
+                log.warning(message, job.id, job.kind, tries)
+        elif failure.status is JobStatus.DEAD:
+            message = "job %d (%s) failed on its last attempt (%s), now dead: %s"
+            log.error(message, job.id, job.kind, tries, first_line(failure.error), exc_info=exc)
+        else:
+            message = "job %d (%s) failed (attempt %s), retrying in %.1fs: %s"
+            delay = failure.delay.total_seconds()
+            log.warning(message, job.id, job.kind, tries, delay, first_line(failure.error))
 
     async def _completer(self) -> None:
         # Outcomes normally ride along with the feeder's next claim (one
@@ -496,25 +587,105 @@ class AsyncWorker:
             raise
         lost = len(batch) - len(done) - len(written)
         if lost:
+            recorded = {*done, *written}
             log.warning(
-                "worker %s: %d outcomes not recorded: those jobs' leases had expired",
+                "worker %s: %d outcomes not recorded, those jobs' leases had expired: %s",
                 self.name,
                 lost,
+                describe_jobs(o.job for o in batch if o.job.id not in recorded),
             )
-        for job_id, status in written.items():
-            log.debug("job %d is now %s", job_id, status)
+        if self._event_listeners or log.isEnabledFor(logging.DEBUG):
+            self._report_outcomes(batch, done, written)
         return claimed, len(batch)
+
+    def _report_outcomes(
+        self, batch: list[Outcome], done: list[int], written: dict[int, JobStatus]
+    ) -> None:
+        """Log (at DEBUG) and tell the listeners what a statement wrote."""
+        deleted = set(done)
+        debug = log.isEnabledFor(logging.DEBUG)
+        for outcome in batch:
+            job, failure = outcome.job, outcome.failure
+            if failure is None:
+                if job.id not in deleted:
+                    continue
+                name, attempts, error = EventName.SUCCEEDED, job.attempts, None
+            else:
+                status = written.get(job.id)
+                if status is None:
+                    continue
+                dead = status is JobStatus.DEAD
+                name = EventName.DEAD if dead else _PENDING_AGAIN[outcome.cause]
+                attempts, error = failure.new_attempts, first_line(failure.error)
+            if debug:
+                log.debug("job %d (%s) recorded as %s", job.id, job.kind, name)
+            if self._event_listeners:
+                self._emit(
+                    JobEvent(
+                        name,
+                        job.id,
+                        job.kind,
+                        self.name,
+                        self.queue.table,
+                        attempts=attempts,
+                        duration=outcome.duration,
+                        error=error,
+                    )
+                )
+
+    def _report_claimed(self, jobs: list[Job]) -> None:
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("worker %s claimed %d jobs", self.name, len(jobs))
+            for job in jobs:
+                log.debug("job %d (%s) claimed (attempt %d of %d)",
+                          job.id, job.kind, job.attempts, job.max_attempts)  # fmt: skip
+        if self._event_listeners:
+            for job in jobs:
+                self._emit(JobEvent(EventName.CLAIMED, job.id, job.kind, self.name,
+                                    self.queue.table, job.attempts))  # fmt: skip
+
+    def _emit(self, event: JobEvent) -> None:
+        """Call every listener with ``event``; one that raises is logged, never propagated."""
+        for listener in self._event_listeners:
+            try:
+                listener(event)
+            except Exception:
+                errors = self._event_listener_errors.get(id(listener), 0)
+                self._event_listener_errors[id(listener)] = errors + 1
+                if not errors:
+                    log.exception(
+                        "worker %s: event listener %r raised on %s of job %d (%s); "
+                        "its further errors are counted, not logged",
+                        self.name, listener, event.name, event.job_id, event.kind,
+                    )  # fmt: skip
+
+    def _report_listener_errors(self) -> None:
+        for listener in self._event_listeners:
+            errors = self._event_listener_errors.pop(id(listener), 0)
+            if errors > 1:
+                log.error("worker %s: event listener %r raised %d times in this run",
+                          self.name, listener, errors)  # fmt: skip
+        self._event_listener_errors.clear()
 
     async def _release(self, jobs: list[Job]) -> None:
         if not jobs:
             return
-        failures = [self.queue.core.failure(j, "released", event=Event.RELEASE) for j in jobs]
+        outcomes = [
+            Outcome(j, self.queue.core.failure(j, "released", event=Event.RELEASE), Event.RELEASE)
+            for j in jobs
+        ]
         try:
-            await self.queue.settle([], failures, worker=self.name)
-            log.info("worker %s released %d unstarted jobs", self.name, len(jobs))
+            _, written = await self.queue.settle(
+                [], [o.failure for o in outcomes if o.failure], worker=self.name
+            )
         except DATABASE_ERRORS as exc:
-            log.warning("worker %s could not release %d jobs (%s); the reaper will", self.name,
-                        len(jobs), exc)  # fmt: skip
+            log.warning("worker %s could not release %d unstarted jobs (%s), the reaper will: %s",
+                        self.name, len(jobs), exc, describe_jobs(jobs))  # fmt: skip
+            return
+        log.info("worker %s released %d unstarted jobs: %s", self.name, len(written),
+                 describe_jobs(j for j in jobs if j.id in written))  # fmt: skip
+        if self._event_listeners or log.isEnabledFor(logging.DEBUG):
+            self._report_outcomes(outcomes, [], written)
 
     async def _pause_after_error(self, what: str, exc: BaseException, errors: int) -> None:
         delay = min(0.1 * 2**errors, 10.0) * (0.5 + random.random() / 2)
@@ -538,14 +709,30 @@ class AsyncWorker:
         interval = self.settings.reap_interval
         while True:
             try:
-                reaped = await self.queue.reap(self.settings.visibility_timeout)
-                if reaped:
-                    log.warning("worker %s reaped %d expired jobs: %s", self.name, len(reaped),
-                                reaped)  # fmt: skip
-                    self._wake()
+                # What each job became, for the log and the listeners; `reap` tells only pending.
+                op = self.queue.core.reap_outcomes(self.settings.visibility_timeout)
+                written: dict[int, JobStatus] = await self.queue._driver.run(op)
             except DATABASE_ERRORS as exc:
                 log.warning("worker %s: reaper failed (%s)", self.name, exc)
+            else:
+                if written:
+                    self._report_reaped(written)
             await anyio.sleep(interval * (0.8 + random.random() * 0.4))
+
+    def _report_reaped(self, written: dict[int, JobStatus]) -> None:
+        reaped = [i for i, status in written.items() if status is JobStatus.PENDING]
+        buried = [i for i, status in written.items() if status is JobStatus.DEAD]
+        if reaped:
+            log.warning("worker %s reaped %d jobs whose lease had expired, back to pending: %s",
+                        self.name, len(reaped), ", ".join(map(str, reaped)))  # fmt: skip
+            self._wake()
+        if buried:
+            log.error("worker %s buried %d jobs whose lease expired on their last attempt: %s",
+                      self.name, len(buried), ", ".join(map(str, buried)))  # fmt: skip
+        if self._event_listeners:
+            for job_id, status in written.items():
+                name = EventName.DEAD if status is JobStatus.DEAD else EventName.REAPED
+                self._emit(JobEvent(name, job_id, None, self.name, self.queue.table))
 
     async def _listener(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """LISTEN on a connection of its own, in a thread; reconnect with backoff.

@@ -139,6 +139,9 @@ class Stats:
     by_kind: dict[str, dict[JobStatus, int]] = field(default_factory=dict)
     oldest_pending_age: timedelta | None = None
     """How long the oldest job that is ready to run has been waiting, or None."""
+    expired: int = 0
+    """Running jobs whose lease is older than the visibility timeout `stats()` was
+    given: the reaper will return them to pending (their worker is presumably gone)."""
 
     @property
     def total(self) -> int:
@@ -309,3 +312,36 @@ def error_text(error: object) -> str:
         text = str(error)
     # text columns cannot hold NUL; keep the rest as it is.
     return text.replace("\x00", "\\0")
+
+
+# What `stats()` measures leases against unless told otherwise: the workers' default.
+DEFAULT_VISIBILITY_TIMEOUT = timedelta(minutes=5)
+
+
+def validate_status(status: object) -> JobStatus:
+    """A `JobStatus`, or its name as text; anything else is refused."""
+    if isinstance(status, JobStatus):
+        return status
+    if not isinstance(status, str):
+        raise TypeError(f"status must be a JobStatus or a str, not {type(status).__name__}")
+    try:
+        return JobStatus(status)
+    except ValueError:
+        known = ", ".join(s.value for s in JobStatus)
+        raise ValueError(f"unknown job status {status!r}: expected one of {known}") from None
+
+
+def validate_age(value: object, name: str) -> timedelta:
+    """A timedelta of zero or more, for ``older_than=``-style arguments."""
+    if not isinstance(value, timedelta):
+        raise TypeError(f"{name} must be a timedelta, not {type(value).__name__}")
+    if value < timedelta(0):
+        raise ValueError(f"{name} must not be negative, got {value}")
+    return value
+
+
+def validate_job_id(value: object, name: str) -> int:
+    """A job id given as an int (a bool is refused)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    return value

@@ -1,73 +1,59 @@
-"""Each queue operation as a plan: the decisions, with the I/O left out.
+"""Each queue operation as a plan (see `pgqueue.core.plans`): the decisions, no I/O.
 
-A plan is a generator. It yields `Query` and `Copy` steps; the backend
-performs each on a connection and sends back the rows; the plan's return
-value is the operation's result. The sync backend and both async drivers
-run the very same plans (see `pgqueue.sync.driver` and `pgqueue.aio.driver`),
-so what to write and what follows from what was read is decided here, once.
-This is psycopg's own trick (its ``generators.py``), one level up.
+`QueueCore` builds the plans for one table; the sync backend and both async
+drivers run the very same plans (see `pgqueue.sync.driver` and
+`pgqueue.aio.driver`), so what to write and what follows from what was read
+is decided here, once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 from .backoff import Backoff
 from .jobs import (
+    DEFAULT_VISIBILITY_TIMEOUT,
     Job,
     JobNotRunning,
     JobStatus,
     SpecLike,
     Stats,
     error_text,
+    validate_age,
     validate_ids,
+    validate_job_id,
     validate_kinds,
     validate_limit,
     validate_spec,
     validate_specs,
+    validate_status,
     validate_timeout,
 )
+from .migrations import SchemaNames, install_plan, uninstall_plan, version_plan
+from .plans import Copy, Operation, Plan, Query, Rows, Step, drive, needs_transaction
 from .sql import Statements
 from .states import Event, next_state
 
-__all__ = ["Copy", "Cycle", "Operation", "Plan", "QueueCore", "Query", "Rows", "Step"]
+__all__ = [
+    "Copy",
+    "Cycle",
+    "Operation",
+    "Plan",
+    "QueueCore",
+    "Query",
+    "Rows",
+    "Step",
+    "drive",
+    "needs_transaction",
+]
 
 T = TypeVar("T")
-Rows = list[tuple[Any, ...]]
 
 # Batches of at least this many jobs are written with COPY rather than INSERT.
 COPY_THRESHOLD = 200
-
-
-@dataclass(frozen=True, slots=True)
-class Query:
-    """Run one statement; the plan receives its rows (empty if it returns none)."""
-
-    query: bytes
-    params: Sequence[Any] | dict[str, Any] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Copy:
-    """Send ``data`` (COPY text format) to ``COPY ... FROM STDIN``; the plan receives []."""
-
-    query: bytes
-    data: bytes
-
-
-Step = Query | Copy
-Plan = Generator[Step, Rows, T]
-
-
-@dataclass(frozen=True, slots=True)
-class Operation(Generic[T]):
-    """A plan and whether its steps must share one transaction."""
-
-    plan: Plan[T]
-    atomic: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,13 +85,24 @@ class QueueCore:
     operations to their driver.
     """
 
-    def __init__(self, table: str = "pgqueue_jobs", *, backoff: Backoff | None = None) -> None:
-        self.sql = Statements(table)
+    def __init__(
+        self,
+        table: str = "pgqueue_jobs",
+        *,
+        backoff: Backoff | None = None,
+        history: bool = False,
+    ) -> None:
+        self.sql = Statements(table, history=history)
+        self.schema = SchemaNames.for_table(table)
         self.backoff = backoff if backoff is not None else Backoff()
 
     @property
     def table(self) -> str:
         return self.sql.table_name
+
+    def options(self) -> dict[str, Any]:
+        """The keyword arguments that make another queue on this table behave like this one."""
+        return {"table": self.table, "backoff": self.backoff, "history": self.sql.history}
 
     @property
     def channel(self) -> str:
@@ -113,14 +110,15 @@ class QueueCore:
 
     # -- schema ---------------------------------------------------------
 
-    def install(self) -> Operation[None]:
-        def plan() -> Plan[None]:
-            # Concurrent installs would race on the catalog; serialise them.
-            yield Query(self.sql.install_lock, (self.table,))
-            for statement in self.sql.ddl:
-                yield Query(statement)
+    def install(self) -> Operation[list[int]]:
+        """Apply the missing schema migrations, in one transaction."""
+        return Operation(install_plan(self.schema), atomic=True)
 
-        return Operation(plan(), atomic=True)
+    def schema_version(self) -> Operation[int | None]:
+        return Operation(version_plan(self.schema))
+
+    def uninstall(self) -> Operation[None]:
+        return Operation(uninstall_plan(self.schema), atomic=True)
 
     # -- enqueue --------------------------------------------------------
 
@@ -308,12 +306,23 @@ class QueueCore:
         return Query(self.sql.record_failures, _failure_arrays(failures))
 
     def reap(self, visibility_timeout: timedelta) -> Operation[list[int]]:
-        timeout = validate_timeout(visibility_timeout, "visibility_timeout")
+        outcomes = self.reap_outcomes(visibility_timeout)
 
         def plan() -> Plan[list[int]]:
+            written = yield from outcomes.plan
+            return [job_id for job_id, status in written.items() if status is JobStatus.PENDING]
+
+        return Operation(plan(), atomic=True)
+
+    def reap_outcomes(self, visibility_timeout: timedelta) -> Operation[dict[int, JobStatus]]:
+        """`reap`, telling what each expired job became: ``pending``, or ``dead``
+        when its lease expired on its last attempt (a worker reports both)."""
+        timeout = validate_timeout(visibility_timeout, "visibility_timeout")
+
+        def plan() -> Plan[dict[int, JobStatus]]:
             [(ours,)] = yield Query(self.sql.reap_lock, (self.table,))
             if not ours:
-                return []  # another worker is reaping this table right now
+                return {}  # another worker is reaping this table right now
             rows = yield Query(self.sql.expired, (timeout,))
             failures = [
                 self.failure(
@@ -324,9 +333,9 @@ class QueueCore:
                 for job_id, attempts, max_attempts, locked_by in rows
             ]
             if not failures:
-                return []
+                return {}
             written = yield self._failures_query(failures)
-            return [r[0] for r in written if r[1] == JobStatus.PENDING.value]
+            return {r[0]: JobStatus(r[1]) for r in written}
 
         return Operation(plan(), atomic=True)
 
@@ -361,19 +370,27 @@ class QueueCore:
 
         return Operation(plan())
 
-    def stats(self) -> Operation[Stats]:
+    def stats(self, visibility_timeout: timedelta | None = None) -> Operation[Stats]:
+        timeout = validate_timeout(
+            DEFAULT_VISIBILITY_TIMEOUT if visibility_timeout is None else visibility_timeout,
+            "visibility_timeout",
+        )
+
         def plan() -> Plan[Stats]:
-            rows = yield Query(self.sql.stats)
+            rows = yield Query(self.sql.stats, (timeout,))
             by_status = dict.fromkeys(JobStatus, 0)
             by_kind: dict[str, dict[JobStatus, int]] = {}
             ages = []
-            for kind, status, count, age in rows:
+            expired = 0
+            for kind, status, count, age, past_lease in rows:
                 st = JobStatus(status)
                 by_status[st] += count
                 by_kind.setdefault(kind, dict.fromkeys(JobStatus, 0))[st] = count
                 if age is not None:
                     ages.append(age)
-            return Stats(by_status, dict(sorted(by_kind.items())), max(ages, default=None))
+                expired += past_lease
+            oldest = max(ages, default=None)
+            return Stats(by_status, dict(sorted(by_kind.items())), oldest, expired)
 
         return Operation(plan())
 
@@ -382,6 +399,64 @@ class QueueCore:
             params = {"worker": "explain", "limit": 20}
             rows = yield Query(self.sql.explain_claim, params)
             return "\n".join(r[0] for r in rows)
+
+        return Operation(plan())
+
+    def prune_history(self, older_than: timedelta) -> Operation[int]:
+        age = validate_timeout(older_than, "older_than")
+
+        def plan() -> Plan[int]:
+            ((count,),) = yield Query(self.sql.prune_history, (age,))
+            return int(count)
+
+        return Operation(plan())
+
+    # -- for operators -----------------------------------------------------
+
+    def jobs(
+        self,
+        *,
+        status: JobStatus | str | None = None,
+        kinds: Iterable[str] | None = None,
+        limit: int = 100,
+        after_id: int | None = None,
+    ) -> Operation[list[Job]]:
+        """A page of jobs in id order; `after_id` continues after the last one seen."""
+        params = {
+            "status": None if status is None else validate_status(status).value,
+            "kinds": validate_kinds(kinds),
+            "limit": validate_limit(limit),
+            "after_id": None if after_id is None else validate_job_id(after_id, "after_id"),
+        }
+
+        def plan() -> Plan[list[Job]]:
+            rows = yield Query(self.sql.jobs, params)
+            return [Job.from_row(r) for r in rows]
+
+        return Operation(plan())
+
+    def retry_dead(self, *, kinds: Iterable[str] | None = None) -> Operation[int]:
+        """Every dead job (of `kinds`) back to pending: `retry` for all of them."""
+        params = {"kinds": validate_kinds(kinds), "channel": self.channel}
+
+        def plan() -> Plan[int]:
+            [(revived, _notified)] = yield Query(self.sql.retry_dead, params)
+            return int(revived)
+
+        return Operation(plan())
+
+    def purge_dead(
+        self, older_than: timedelta, *, kinds: Iterable[str] | None = None
+    ) -> Operation[int]:
+        """Delete jobs that died more than `older_than` ago (a dead job's run_at)."""
+        params = {
+            "older_than": validate_age(older_than, "older_than"),
+            "kinds": validate_kinds(kinds),
+        }
+
+        def plan() -> Plan[int]:
+            [(purged,)] = yield Query(self.sql.purge_dead, params)
+            return int(purged)
 
         return Operation(plan())
 
@@ -447,26 +522,3 @@ def _running_stub(job_id: int, attempts: int, max_attempts: int, locked_by: str 
         locked_at=None,
         created_at=epoch,
     )
-
-
-def needs_transaction(op: Operation[Any], *, autocommit: bool, idle: bool) -> bool:
-    """Whether to wrap `op` in ``conn.transaction()`` on a connection in this state.
-
-    A multi-step plan must be atomic. In autocommit mode ``transaction()``
-    gives that (BEGIN ... COMMIT), and inside a transaction it gives a
-    savepoint. On a connection that is not in autocommit mode and has not
-    begun a transaction yet, psycopg's ``transaction()`` would begin *and
-    commit* one behind the caller's back; there the plan's first statement
-    opens the caller's own transaction, which is atomic already.
-    """
-    return op.atomic and (autocommit or not idle)
-
-
-def drive(plan: Plan[T], perform: Callable[[Step], Any]) -> T:
-    """Run a plan with a synchronous `perform(step) -> rows`."""
-    try:
-        step = next(plan)
-        while True:
-            step = plan.send(perform(step))
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]

@@ -1,4 +1,6 @@
-"""Every SQL statement and DDL pgqueue runs, built once per table.
+"""Every SQL statement pgqueue runs on a queue table, built once per table.
+
+The schema itself (DDL) is in `pgqueue.core.migrations`.
 
 Identifiers are validated (`validate_table_name`) and quoted with
 `psycopg.sql`; values always travel as parameters. Statements are
@@ -31,32 +33,20 @@ JOB_COLUMNS: Final = (
     "created_at",
 )
 
-# The columns `enqueue_many` writes, in the order of its COPY and unnest().
-INSERT_COLUMNS: Final = ("id", "kind", "payload", "run_at", "max_attempts")
-
-_DDL: Final = (
-    """
-CREATE TABLE IF NOT EXISTS {table} (
-    id           bigserial PRIMARY KEY,
-    kind         text NOT NULL,
-    payload      jsonb NOT NULL DEFAULT 'null',
-    run_at       timestamptz NOT NULL DEFAULT now(),
-    attempts     integer NOT NULL DEFAULT 0 CHECK (attempts >= 0),
-    max_attempts integer NOT NULL DEFAULT 3 CHECK (max_attempts >= 1),
-    status       text NOT NULL DEFAULT 'pending'
-                 CHECK (status IN ('pending', 'running', 'dead')),
-    locked_at    timestamptz,
-    locked_by    text,
-    last_error   text,
-    created_at   timestamptz NOT NULL DEFAULT now()
-)""",
-    # The ready index: only rows a worker may claim, so it tracks the backlog.
-    "CREATE INDEX IF NOT EXISTS {ready_index} ON {table} (run_at, id) WHERE status = 'pending'",
-    # No index for the reaper: one on running rows would cost every claim an
-    # index insert (measured: a third of the drain rate) to speed up a scan
-    # that runs once a minute, by one worker at a time (`reap_lock`).
+# The columns the history table copies from a job that leaves the queue.
+HISTORY_COLUMNS: Final = (
+    "id",
+    "kind",
+    "payload",
+    "attempts",
+    "max_attempts",
+    "last_error",
+    "locked_by",
+    "created_at",
 )
 
+# The columns `enqueue_many` writes, in the order of its COPY and unnest().
+INSERT_COLUMNS: Final = ("id", "kind", "payload", "run_at", "max_attempts")
 
 RELOAD_CONF: Final = b"SELECT pg_reload_conf()"
 
@@ -70,6 +60,27 @@ def _render(template: str, **parts: sql.Composable) -> bytes:
     return sql.SQL(template).format(**parts).as_bytes(None)
 
 
+def _history_copy(history: sql.Identifier | None, source: str, outcome: str) -> sql.Composable:
+    """A CTE that copies the rows of CTE `source` into the history table (or nothing).
+
+    Appended after `source` in a ``WITH``: the copy is written by the same
+    statement as the delete, so a job is never in both tables or in neither.
+    """
+    if history is None:
+        return sql.SQL("")
+    cols = sql.SQL(", ").join(sql.Identifier(c) for c in HISTORY_COLUMNS)
+    return sql.SQL(
+        ",\n{kept} AS (INSERT INTO {history} ({cols}, outcome)"
+        " SELECT {cols}, {outcome} FROM {source})"
+    ).format(
+        kept=sql.Identifier(f"{source}_kept"),
+        history=history,
+        cols=cols,
+        outcome=sql.Literal(outcome),
+        source=sql.Identifier(source),
+    )
+
+
 class Statements:
     """The statements for one queue table.
 
@@ -77,13 +88,15 @@ class Statements:
     'app.jobs'
     """
 
-    def __init__(self, table: str) -> None:
+    def __init__(self, table: str, *, history: bool = False) -> None:
         parts = validate_table_name(table)
         self.table_name = table
+        self.history = history
         # One channel per table, so queues in one database do not wake each other.
         self.channel = table
         name = parts[-1]
         t = sql.Identifier(*parts)
+        history_table = sql.Identifier(*parts[:-1], f"{name}_history")
         cols = sql.SQL(", ").join(sql.Identifier(c) for c in JOB_COLUMNS)
         jcols = sql.SQL(", ").join(sql.Identifier("j", c) for c in JOB_COLUMNS)
         names = {
@@ -92,11 +105,15 @@ class Statements:
             "jcols": jcols,
             "ready_index": sql.Identifier(f"{name}_ready"),
             "insert_cols": sql.SQL(", ").join(sql.Identifier(c) for c in INSERT_COLUMNS),
+            "history": history_table,
         }
+        # Jobs that leave the table are copied here when history is on.
+        keep = history_table if history else None
+        # What a delete returns: the ids, and what the history copies.
+        names["gone"] = sql.SQL(", ").join(
+            sql.Identifier(c) for c in (HISTORY_COLUMNS if history else ("id",))
+        )
         self.ready_index_name = f"{name}_ready"
-
-        self.install_lock = _render("SELECT pg_advisory_xact_lock(hashtext('pgqueue:' || %s))")
-        self.ddl = tuple(_render(stmt, **names) for stmt in _DDL)
 
         # One job, announced in the same statement; the notification is
         # delivered when the caller's transaction commits, never before.
@@ -151,7 +168,12 @@ RETURNING {jcols}"""
 
         # Success: the row goes. Only a running job can succeed.
         self.complete = _render(
-            "DELETE FROM {table} WHERE id = ANY(%s::bigint[]) AND status = 'running' RETURNING id",
+            """
+WITH done AS (
+    DELETE FROM {table} WHERE id = ANY(%s::bigint[]) AND status = 'running' RETURNING {gone}
+){keep}
+SELECT id FROM done""",
+            keep=_history_copy(keep, "done", "succeeded"),
             **names,
         )
 
@@ -162,7 +184,8 @@ RETURNING {jcols}"""
         failures = """
 UPDATE {table} AS j
    SET status = f.status,
-       run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE j.run_at END,
+       -- Pending: when to try again. Dead: when it died, for purge_dead.
+       run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
        attempts = f.new_attempts,
        locked_at = NULL,
        locked_by = NULL,
@@ -188,7 +211,7 @@ WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)
 done AS (
     DELETE FROM {table}
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING id),
+    RETURNING {gone}){keep},
 failed AS ({failures}),
 claimed AS ({claim})
 SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM done),
@@ -197,16 +220,19 @@ SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed)
   FROM relax"""
         failed = sql.SQL(failures).format(**names)
+        keep_done = _history_copy(keep, "done", "succeeded")
         self.cycle = _render(
             cycle,
             claim=sql.SQL(claim).format(kind_filter=sql.SQL(""), **names),
             failures=failed,
+            keep=keep_done,
             **names,
         )
         self.cycle_kinds = _render(
             cycle,
             claim=sql.SQL(claim).format(kind_filter=by_kind, **names),
             failures=failed,
+            keep=keep_done,
             **names,
         )
 
@@ -249,12 +275,23 @@ SELECT id, pg_notify(%s, kind)::text FROM revived""",
             **names,
         )
 
+        # Counts by kind and status, the longest wait of a ready job, and the
+        # running jobs whose lease is older than the visibility timeout given.
         self.stats = _render(
             """
 SELECT kind, status, count(*),
-       now() - min(run_at) FILTER (WHERE status = 'pending' AND run_at <= now())
+       now() - min(run_at) FILTER (WHERE status = 'pending' AND run_at <= now()),
+       count(*) FILTER (WHERE status = 'running' AND locked_at < now() - %s::interval)
   FROM {table}
  GROUP BY kind, status""",
+            **names,
+        )
+
+        # Retention for the history table.
+        self.prune_history = _render(
+            """
+WITH gone AS (DELETE FROM {history} WHERE finished_at < now() - %s::interval RETURNING 1)
+SELECT count(*) FROM gone""",
             **names,
         )
 
@@ -262,6 +299,52 @@ SELECT kind, status, count(*),
         self.explain_claim = b"EXPLAIN " + self.claim
 
         self.listen = _render("LISTEN {channel}", channel=sql.Identifier(self.channel))
+
+        # -- for operators (``pgqueue jobs``, ``pgqueue dead``) -------------
+
+        # A page of jobs in id order, filtered by status and kinds (NULL: any).
+        self.jobs = _render(
+            """
+SELECT {cols} FROM {table}
+ WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
+   AND (%(kinds)s::text[] IS NULL OR kind = ANY(%(kinds)s::text[]))
+   AND (%(after_id)s::bigint IS NULL OR id > %(after_id)s::bigint)
+ ORDER BY id
+ LIMIT %(limit)s""",
+            **names,
+        )
+
+        # Every dead job (of some kinds) back to pending, as `retry` does it;
+        # one notification per kind revived, not one per job.
+        self.retry_dead = _render(
+            """
+WITH revived AS (
+    UPDATE {table}
+       SET status = 'pending', attempts = 0, run_at = now(), locked_at = NULL, locked_by = NULL
+     WHERE status = 'dead' AND (%(kinds)s::text[] IS NULL OR kind = ANY(%(kinds)s::text[]))
+    RETURNING kind
+), by_kind AS (
+    SELECT kind, count(*) AS n FROM revived GROUP BY kind
+)
+SELECT coalesce(sum(n), 0)::bigint, count(pg_notify(%(channel)s, kind)) FROM by_kind""",
+            **names,
+        )
+
+        # Dead jobs that died before the cut-off go for good (a dead job's
+        # run_at is when it died). With history on, each purged job is
+        # copied there by the same statement.
+        self.purge_dead = _render(
+            """
+WITH purged AS (
+    DELETE FROM {table}
+     WHERE status = 'dead' AND run_at < now() - %(older_than)s::interval
+       AND (%(kinds)s::text[] IS NULL OR kind = ANY(%(kinds)s::text[]))
+    RETURNING {gone}
+){keep}
+SELECT count(*) FROM purged""",
+            keep=_history_copy(keep, "purged", "dead"),
+            **names,
+        )
 
 
 class SeedStatements:
@@ -271,7 +354,6 @@ class SeedStatements:
 
     def __init__(self, table: str) -> None:
         names = {"table": sql.Identifier(*validate_table_name(table))}
-        self.drop = _render("DROP TABLE IF EXISTS {table}", **names)
         self.create = (
             _render(
                 """

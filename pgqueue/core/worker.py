@@ -7,12 +7,19 @@ import os
 import socket
 import traceback
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TypedDict, TypeVar
 
-from .jobs import validate_kind, validate_kinds, validate_limit, validate_timeout
+from .events import EventListener
+from .jobs import (
+    DEFAULT_VISIBILITY_TIMEOUT,
+    validate_kind,
+    validate_kinds,
+    validate_limit,
+    validate_timeout,
+)
 
 __all__ = ["Handlers", "WorkerOptions", "WorkerSettings", "describe_error", "unique_worker_name"]
 
@@ -50,6 +57,7 @@ class WorkerOptions(TypedDict, total=False):
     grace_period: float | timedelta
     name: str | None
     handle_signals: bool
+    on_event: EventListener | Sequence[EventListener] | None
 
 
 @dataclass(frozen=True)
@@ -61,7 +69,7 @@ class WorkerSettings:
     kinds: list[str] | None = None
     poll_interval: float = 1.0
     job_timeout: float | None = None
-    visibility_timeout: timedelta = timedelta(minutes=5)
+    visibility_timeout: timedelta = DEFAULT_VISIBILITY_TIMEOUT
     grace_period: float = 30.0
     name: str = field(default_factory=unique_worker_name)
 

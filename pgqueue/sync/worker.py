@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
 from ..aio.queue import AsyncQueue
 from ..aio.worker import AsyncWorker
+from ..core.events import EventListener
 from ..core.worker import Handlers, WorkerOptions, WorkerSettings
 from .queue import Queue
 
@@ -25,11 +26,11 @@ if TYPE_CHECKING:
 
 __all__ = ["Worker"]
 
+L = TypeVar("L", bound=EventListener)
+
 
 class Worker:
     """Run handlers for the jobs of a `Queue`, in threads.
-
-    ::
 
         worker = pgqueue.Worker(queue, concurrency=4)
 
@@ -58,7 +59,7 @@ class Worker:
             raise TypeError(f"Worker needs a pgqueue.Queue, not {type(queue).__name__}")
         self.queue = queue
         # The same table and pool, reached from worker threads.
-        threaded = AsyncQueue(queue._driver.pool, table=queue.table, backoff=queue.core.backoff)
+        threaded = AsyncQueue(queue._driver.pool, **queue.core.options())
         self._worker = AsyncWorker(threaded, handlers, **options)
         for kind in self._worker.handlers.kinds():
             _refuse_coroutine(kind, self._worker.handlers.get(kind))
@@ -84,6 +85,15 @@ class Worker:
             return self._worker.handler(kind)(fn)
 
         return register
+
+    def add_event_listener(self, listener: L) -> L:
+        """Call ``listener`` with every `JobEvent` of this worker; returns it (a decorator too).
+
+        As `AsyncWorker.add_event_listener`: listeners run in order on the
+        thread that called `run`, must be cheap, and one that raises is logged
+        and never disturbs the worker.
+        """
+        return self._worker.add_event_listener(listener)
 
     def run(self, *, until_empty: bool = False) -> None:
         """Work until `stop` (or, with ``until_empty``, until nothing is ready or running)."""

@@ -1,0 +1,1 @@
+"""The async API: `AsyncQueue` and `AsyncWorker` on anyio (asyncio and trio)."""

@@ -1,0 +1,317 @@
+"""The queue table's schema, as numbered migrations, and the plan that applies them.
+
+Each migration is a plan (see `pgqueue.core.ops`) that brings a table from
+the previous version to its own. `install_plan` takes a transaction-level
+advisory lock, reads the version recorded in ``pgqueue_schema`` (a table in
+the queue table's schema, one row per applied migration and queue table),
+applies the missing migrations and records them, all in one transaction.
+
+Every migration is also safe to run on a table that already has what it
+adds. That is what lets ``install()`` adopt a queue table built by hand
+with the well-known design (the same columns, a ``jobs_ready`` partial
+index): migration 1 finds the table and checks its columns, the later
+ones add what it lacks, and its rows keep their meaning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from psycopg import sql
+
+from .jobs import validate_table_name
+from .plans import Plan, Query
+
+__all__ = [
+    "LATEST_VERSION",
+    "MIGRATIONS",
+    "IncompatibleTable",
+    "Migration",
+    "SchemaError",
+    "SchemaNames",
+    "SchemaTooNew",
+    "check_version",
+    "install_plan",
+    "uninstall_plan",
+    "version_plan",
+]
+
+
+class SchemaError(Exception):
+    """The database's schema for a queue table is not one this pgqueue can use."""
+
+
+class SchemaTooNew(SchemaError):
+    """The database has migrations this version of pgqueue does not know: upgrade pgqueue."""
+
+
+class IncompatibleTable(SchemaError):
+    """A table of the queue's name exists, but lacks a column a queue needs."""
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaNames:
+    """The identifiers of one queue table's schema objects."""
+
+    table_name: str
+    table: sql.Identifier
+    ready_index: sql.Identifier
+    history: sql.Identifier
+    history_index: sql.Identifier
+    versions: sql.Identifier
+    # The key of this table's rows in ``pgqueue_schema``, which lives in
+    # the same schema: the table's own name is unique there.
+    key: str
+    # The names quoted for ``::regclass`` and ``to_regclass``.
+    regclass: str
+    versions_regclass: str
+
+    @classmethod
+    def for_table(cls, table: str) -> SchemaNames:
+        parts = validate_table_name(table)
+        schema, name = parts[:-1], parts[-1]
+        ident = sql.Identifier(*parts)
+        versions = sql.Identifier(*schema, "pgqueue_schema")
+        return cls(
+            table_name=table,
+            table=ident,
+            ready_index=sql.Identifier(f"{name}_ready"),
+            history=sql.Identifier(*schema, f"{name}_history"),
+            history_index=sql.Identifier(f"{name}_history_finished"),
+            versions=versions,
+            key=name,
+            regclass=ident.as_bytes(None).decode(),
+            versions_regclass=versions.as_bytes(None).decode(),
+        )
+
+    def render(self, template: str) -> bytes:
+        return (
+            sql.SQL(template)
+            .format(
+                table=self.table,
+                ready_index=self.ready_index,
+                history=self.history,
+                history_index=self.history_index,
+                versions=self.versions,
+            )
+            .as_bytes(None)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    """One step of the schema's history."""
+
+    version: int
+    description: str
+    apply: Callable[[SchemaNames], Plan[None]]
+
+
+# The columns a queue table must have, with their types, whoever built it.
+REQUIRED_COLUMNS: Final[Mapping[str, str]] = {
+    "id": "bigint",
+    "kind": "text",
+    "payload": "jsonb",
+    "run_at": "timestamp with time zone",
+    "attempts": "integer",
+    "max_attempts": "integer",
+    "status": "text",
+    "locked_at": "timestamp with time zone",
+    "locked_by": "text",
+    "last_error": "text",
+    "created_at": "timestamp with time zone",
+}
+
+
+def _table_and_ready_index(n: SchemaNames) -> Plan[None]:
+    yield Query(
+        n.render("""
+CREATE TABLE IF NOT EXISTS {table} (
+    id           bigserial PRIMARY KEY,
+    kind         text NOT NULL,
+    payload      jsonb NOT NULL DEFAULT 'null',
+    run_at       timestamptz NOT NULL DEFAULT now(),
+    attempts     integer NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+    max_attempts integer NOT NULL DEFAULT 3 CHECK (max_attempts >= 1),
+    status       text NOT NULL DEFAULT 'pending'
+                 CHECK (status IN ('pending', 'running', 'dead')),
+    locked_at    timestamptz,
+    locked_by    text,
+    last_error   text,
+    created_at   timestamptz NOT NULL DEFAULT now()
+)""")
+    )
+    # The table may have been there already: make sure it is a queue's.
+    columns = yield Query(
+        b"""
+SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute
+ WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped""",
+        (n.regclass,),
+    )
+    found: dict[str, str] = dict(columns)
+    wrong = [
+        f"{name} {kind} (found: {found.get(name, 'missing')})"
+        for name, kind in REQUIRED_COLUMNS.items()
+        if found.get(name) != kind
+    ]
+    if wrong:
+        raise IncompatibleTable(
+            f"table {n.table_name} exists but is not a job queue table; "
+            f"these columns must be: {', '.join(wrong)}"
+        )
+    # The ready index: only rows a worker may claim, so it tracks the backlog.
+    # No index for the reaper: one on running rows would cost every claim an
+    # index insert (measured: a third of the drain rate) to speed up a scan
+    # that runs once a minute, by one worker at a time.
+    yield Query(
+        n.render(
+            "CREATE INDEX IF NOT EXISTS {ready_index} ON {table} (run_at, id)"
+            " WHERE status = 'pending'"
+        )
+    )
+
+
+# What each column's CHECK must allow; a table built by hand has none.
+_CHECKS: Final[Mapping[str, str]] = {
+    "attempts": "attempts >= 0",
+    "max_attempts": "max_attempts >= 1",
+    "status": "status IN ('pending', 'running', 'dead')",
+}
+
+
+def _constraints(n: SchemaNames) -> Plan[None]:
+    # enqueue() without a payload stores JSON null.
+    yield Query(n.render("ALTER TABLE {table} ALTER COLUMN payload SET DEFAULT 'null'"))
+    # Which columns have a CHECK already (a table from migration 1 has all three).
+    rows = yield Query(
+        b"""
+SELECT a.attname FROM pg_constraint c
+  JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = ANY(c.conkey)
+ WHERE c.conrelid = %s::regclass AND c.contype = 'c' AND cardinality(c.conkey) = 1""",
+        (n.regclass,),
+    )
+    checked = {r[0] for r in rows}
+    for column, check in _CHECKS.items():
+        if column not in checked:
+            # Validated at once: a row that breaks it fails the migration,
+            # and the whole install rolls back.
+            yield Query(n.render("ALTER TABLE {table} ADD CHECK (" + check + ")"))
+
+
+# Every job leaves two dead tuples (claim, delete). The default trigger, 20%
+# of the table, lets a big table (a large backlog, jobs scheduled far ahead)
+# pile up dead entries that every claim steps over; a fixed threshold does
+# not (docs/performance.md#autovacuum has the measurements).
+AUTOVACUUM_SETTINGS: Final[Mapping[str, str]] = {
+    "autovacuum_vacuum_scale_factor": "0",
+    "autovacuum_vacuum_threshold": "1000",
+    "autovacuum_analyze_scale_factor": "0",
+    "autovacuum_analyze_threshold": "5000",
+}
+
+
+def _autovacuum(n: SchemaNames) -> Plan[None]:
+    settings = ", ".join(f"{k} = {v}" for k, v in AUTOVACUUM_SETTINGS.items())
+    yield Query(n.render("ALTER TABLE {table} SET (" + settings + ")"))
+
+
+def _history(n: SchemaNames) -> Plan[None]:
+    # Rows that left the queue table: succeeded jobs, and dead jobs an
+    # operator purged. Written only by a queue made with history=True.
+    yield Query(
+        n.render("""
+CREATE TABLE IF NOT EXISTS {history} (
+    id           bigint NOT NULL,
+    kind         text NOT NULL,
+    payload      jsonb NOT NULL,
+    attempts     integer NOT NULL,
+    max_attempts integer NOT NULL,
+    outcome      text NOT NULL CHECK (outcome IN ('succeeded', 'dead')),
+    last_error   text,
+    locked_by    text,
+    created_at   timestamptz NOT NULL,
+    finished_at  timestamptz NOT NULL DEFAULT now()
+)""")
+    )
+    # Retention deletes by age.
+    yield Query(n.render("CREATE INDEX IF NOT EXISTS {history_index} ON {history} (finished_at)"))
+
+
+MIGRATIONS: Final[tuple[Migration, ...]] = (
+    Migration(1, "queue table and its partial ready index", _table_and_ready_index),
+    Migration(2, "checks on status and attempts, a default payload", _constraints),
+    Migration(3, "autovacuum by a fixed number of dead rows", _autovacuum),
+    Migration(4, "history table for jobs that left the queue", _history),
+)
+LATEST_VERSION: Final = MIGRATIONS[-1].version
+
+
+# One installer at a time per database: concurrent CREATE ... IF NOT EXISTS
+# can still collide in the catalog.
+_INSTALL_LOCK: Final = b"SELECT pg_advisory_xact_lock(hashtext('pgqueue:install'))"
+
+
+def install_plan(n: SchemaNames) -> Plan[list[int]]:
+    """Apply the missing migrations to one queue table; return the versions applied.
+
+    The caller runs it in one transaction: a failed migration leaves the
+    schema as it was.
+    """
+    yield Query(_INSTALL_LOCK)
+    yield Query(
+        n.render("""
+CREATE TABLE IF NOT EXISTS {versions} (
+    queue_table text NOT NULL,
+    version     integer NOT NULL,
+    description text NOT NULL,
+    applied_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (queue_table, version)
+)""")
+    )
+    ((current,),) = yield Query(
+        n.render("SELECT coalesce(max(version), 0) FROM {versions} WHERE queue_table = %s"),
+        (n.key,),
+    )
+    check_version(n, current)
+    applied = []
+    for migration in MIGRATIONS[current:]:
+        yield from migration.apply(n)
+        yield Query(
+            n.render(
+                "INSERT INTO {versions} (queue_table, version, description) VALUES (%s, %s, %s)"
+            ),
+            (n.key, migration.version, migration.description),
+        )
+        applied.append(migration.version)
+    return applied
+
+
+def uninstall_plan(n: SchemaNames) -> Plan[None]:
+    """Drop the queue table, its history table and its schema record."""
+    yield Query(_INSTALL_LOCK)
+    yield Query(n.render("DROP TABLE IF EXISTS {table}, {history}"))
+    ((exists,),) = yield Query(b"SELECT to_regclass(%s) IS NOT NULL", (n.versions_regclass,))
+    if exists:
+        yield Query(n.render("DELETE FROM {versions} WHERE queue_table = %s"), (n.key,))
+
+
+def check_version(n: SchemaNames, version: int) -> None:
+    """Refuse a schema newer than this library knows."""
+    if version > LATEST_VERSION:
+        raise SchemaTooNew(
+            f"table {n.table_name} is at schema version {version}, but this pgqueue knows "
+            f"versions up to {LATEST_VERSION}: upgrade pgqueue before using this table"
+        )
+
+
+def version_plan(n: SchemaNames) -> Plan[int | None]:
+    """The table's schema version; None if pgqueue never installed it."""
+    ((exists,),) = yield Query(b"SELECT to_regclass(%s) IS NOT NULL", (n.versions_regclass,))
+    if not exists:
+        return None
+    ((version,),) = yield Query(
+        n.render("SELECT max(version) FROM {versions} WHERE queue_table = %s"), (n.key,)
+    )
+    return None if version is None else int(version)

@@ -1,0 +1,71 @@
+"""Plans: an operation's decisions as a generator, its I/O left to a backend.
+
+A plan yields `Query` and `Copy` steps; the backend performs each on a
+connection and sends back the rows; the plan's return value is the
+operation's result. The sync backend and both async drivers run the very
+same plans, so what to write and what follows from what was read is decided
+once, in the core. This is psycopg's own trick (its ``generators.py``), one
+level up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+__all__ = ["Copy", "Operation", "Plan", "Query", "Rows", "Step", "drive", "needs_transaction"]
+
+T = TypeVar("T")
+Rows = list[tuple[Any, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """Run one statement; the plan receives its rows (empty if it returns none)."""
+
+    query: bytes
+    params: Sequence[Any] | dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Copy:
+    """Send ``data`` (COPY text format) to ``COPY ... FROM STDIN``; the plan receives []."""
+
+    query: bytes
+    data: bytes
+
+
+Step = Query | Copy
+Plan = Generator[Step, Rows, T]
+
+
+@dataclass(frozen=True, slots=True)
+class Operation(Generic[T]):
+    """A plan and whether its steps must share one transaction."""
+
+    plan: Plan[T]
+    atomic: bool = False
+
+
+def needs_transaction(op: Operation[Any], *, autocommit: bool, idle: bool) -> bool:
+    """Whether to wrap `op` in ``conn.transaction()`` on a connection in this state.
+
+    A multi-step plan must be atomic. In autocommit mode ``transaction()``
+    gives that (BEGIN ... COMMIT), and inside a transaction it gives a
+    savepoint. On a connection that is not in autocommit mode and has not
+    begun a transaction yet, psycopg's ``transaction()`` would begin *and
+    commit* one behind the caller's back; there the plan's first statement
+    opens the caller's own transaction, which is atomic already.
+    """
+    return op.atomic and (autocommit or not idle)
+
+
+def drive(plan: Plan[T], perform: Callable[[Step], Any]) -> T:
+    """Run a plan with a synchronous `perform(step) -> rows`."""
+    try:
+        step = next(plan)
+        while True:
+            step = plan.send(perform(step))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]

@@ -1,0 +1,1 @@
+"""The sync API: `Queue` and `Worker` on psycopg's blocking connections."""

@@ -18,6 +18,7 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
+from psycopg.conninfo import make_conninfo
 
 import pgqueue
 from pgqueue.core.ops import QueueCore
@@ -49,6 +50,19 @@ def dsn() -> Iterator[str]:
     else:
         with EmbeddedPostgres(settings=TEST_SERVER_SETTINGS) as url:
             yield url
+
+
+@pytest.fixture
+def empty_database(dsn: str) -> Iterator[str]:
+    """A new, empty database on the suite's server (dropped afterwards): its DSN."""
+    name = f"db_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield make_conninfo(dsn, dbname=name)
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
 class Raw:

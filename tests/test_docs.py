@@ -16,14 +16,9 @@ import re
 import subprocess
 import sys
 import unicodedata
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
-from psycopg import sql
-from psycopg.conninfo import make_conninfo
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -51,19 +46,6 @@ def tutorial_script_and_output() -> tuple[str, str]:
             output.append(body)
         previous = language
     return "\n".join(code), "".join(output)
-
-
-@pytest.fixture
-def empty_database(dsn: str) -> Iterator[str]:
-    """A fresh database on the suite's server, dropped afterwards."""
-    name = f"tutorial_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        yield make_conninfo(dsn, dbname=name)
-    finally:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
 def test_tutorial_runs_every_block_but_the_install_command() -> None:

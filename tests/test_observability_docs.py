@@ -10,14 +10,7 @@ import os
 import re
 import subprocess
 import sys
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
-
-import psycopg
-import pytest
-from psycopg import sql
-from psycopg.conninfo import make_conninfo
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "observability.md"
 
@@ -25,19 +18,6 @@ DOC = Path(__file__).resolve().parent.parent / "docs" / "observability.md"
 def runnable_blocks() -> list[str]:
     blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.DOTALL)
     return [b for b in blocks if 'os.environ["PGQUEUE_DSN"]' in b]
-
-
-@pytest.fixture
-def fresh_dsn(dsn: str) -> Iterator[str]:
-    name = f"obs_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        yield make_conninfo(dsn, dbname=name)
-    finally:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            drop = sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name))
-            conn.execute(drop)
 
 
 def run(dsn: str, cwd: Path, *args: str) -> list[str]:
@@ -53,10 +33,12 @@ def test_the_doc_has_two_runnable_examples() -> None:
     assert len(runnable_blocks()) == 2
 
 
-def test_event_listener_example_prints_what_it_promises(fresh_dsn: str, tmp_path: Path) -> None:
+def test_event_listener_example_prints_what_it_promises(
+    empty_database: str, tmp_path: Path
+) -> None:
     example = runnable_blocks()[0]
     (tmp_path / "events_example.py").write_text(example)
-    lines = run(fresh_dsn, tmp_path, "events_example.py")
+    lines = run(empty_database, tmp_path, "events_example.py")
     promised = re.search(r"^# prints: (.*)$", example, flags=re.MULTILINE)
     assert promised is not None
     assert lines[-1] == promised.group(1)
@@ -64,7 +46,9 @@ def test_event_listener_example_prints_what_it_promises(fresh_dsn: str, tmp_path
     assert lines[-2] == "job 4 (divide) is dead: ZeroDivisionError: division by zero"
 
 
-def test_prometheus_example_exports_counters_and_gauges(fresh_dsn: str, tmp_path: Path) -> None:
+def test_prometheus_example_exports_counters_and_gauges(
+    empty_database: str, tmp_path: Path
+) -> None:
     (tmp_path / "metrics_example.py").write_text(runnable_blocks()[1])
     # Imported rather than run as __main__: no HTTP server, no endless run().
     drive = """
@@ -79,5 +63,5 @@ print(REGISTRY.get_sample_value("pgqueue_job_duration_seconds_count", labels))
 print(REGISTRY.get_sample_value("pgqueue_queue_up", {"queue": "pgqueue_jobs"}))
 ex.queue.close()
 """
-    lines = run(fresh_dsn, tmp_path, "-c", drive)
+    lines = run(empty_database, tmp_path, "-c", drive)
     assert lines == ["receipt for order 7", "1.0", "1.0", "1.0"]

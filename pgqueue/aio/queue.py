@@ -218,6 +218,10 @@ class AsyncQueue:
         """Renew the leases of ``worker``'s running jobs; return those still held."""
         return await self._driver.run(self.core.heartbeat(job_ids, worker=worker))
 
+    async def reap_outcomes(self, visibility_timeout: timedelta) -> dict[int, JobStatus]:
+        """`reap`, telling what each expired job became (pending, or dead on its last attempt)."""
+        return await self._driver.run(self.core.reap_outcomes(visibility_timeout))
+
     async def prune_history(self, older_than: timedelta) -> int:
         """Delete history rows that left the queue more than `older_than` ago; return how many.
 

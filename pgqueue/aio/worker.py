@@ -710,8 +710,7 @@ class AsyncWorker:
         while True:
             try:
                 # What each job became, for the log and the listeners; `reap` tells only pending.
-                op = self.queue.core.reap_outcomes(self.settings.visibility_timeout)
-                written: dict[int, JobStatus] = await self.queue._driver.run(op)
+                written = await self.queue.reap_outcomes(self.settings.visibility_timeout)
             except DATABASE_ERRORS as exc:
                 log.warning("worker %s: reaper failed (%s)", self.name, exc)
             else:

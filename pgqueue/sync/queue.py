@@ -215,6 +215,10 @@ class Queue:
         """Renew the leases of ``worker``'s running jobs; return those still held."""
         return self._driver.run(self.core.heartbeat(job_ids, worker=worker))
 
+    def reap_outcomes(self, visibility_timeout: timedelta) -> dict[int, JobStatus]:
+        """`reap`, telling what each expired job became (pending, or dead on its last attempt)."""
+        return self._driver.run(self.core.reap_outcomes(visibility_timeout))
+
     def prune_history(self, older_than: timedelta) -> int:
         """Delete history rows that left the queue more than `older_than` ago; return how many.
 

@@ -1,0 +1,105 @@
+"""The argparse types of the ``pgqueue`` command: each checks one argument or says why not."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from datetime import datetime, timedelta
+
+from ..core.jobs import validate_kind, validate_table_name
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def kind_list(text: str) -> list[str]:
+    """An argparse type: comma-separated job kinds."""
+    kinds = [k.strip() for k in text.split(",") if k.strip()]
+    if not kinds:
+        raise argparse.ArgumentTypeError("name at least one kind")
+    return kinds
+
+
+_DURATION = re.compile(r"(?:([0-9]+)d)?(?:([0-9]+)h)?(?:([0-9]+)m)?(?:([0-9]+)s)?")
+_DURATION_UNITS = ("days", "hours", "minutes", "seconds")
+
+
+def parse_duration(text: str) -> timedelta:
+    """``90``, ``90s``, ``15m``, ``12h``, ``7d``, or units combined in that order (``1h30m``).
+
+    >>> parse_duration("1h30m")
+    datetime.timedelta(seconds=5400)
+    """
+    bad = argparse.ArgumentTypeError(
+        f"not a duration: {text!r} (use e.g. 90, 90s, 15m, 12h, 7d or 1h30m)"
+    )
+    if re.fullmatch(r"[0-9]+", text):
+        parts: dict[str, int] = {"seconds": int(text)}
+    else:
+        match = _DURATION.fullmatch(text)
+        if match is None or not any(match.groups()):
+            raise bad
+        parts = {unit: int(n) for unit, n in zip(_DURATION_UNITS, match.groups(), strict=True) if n}
+    try:
+        return timedelta(**parts)
+    except OverflowError:
+        raise argparse.ArgumentTypeError(f"duration too long: {text!r}") from None
+
+
+def positive_duration(text: str) -> timedelta:
+    """An argparse type: a DURATION longer than zero."""
+    value = parse_duration(text)
+    if value <= timedelta(0):
+        raise argparse.ArgumentTypeError(f"must be longer than 0, got {text!r}")
+    return value
+
+
+def job_id(text: str) -> int:
+    """An argparse type: a job id (a positive bigint)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a job id: {text!r}") from None
+    if not 1 <= value <= 2**63 - 1:
+        raise argparse.ArgumentTypeError(f"not a job id: {text!r}")
+    return value
+
+
+def table_name(text: str) -> str:
+    """An argparse type: a safe table name, ``name`` or ``schema.name``."""
+    try:
+        validate_table_name(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def kind_name(text: str) -> str:
+    """An argparse type: a job kind, checked as `enqueue` checks it."""
+    try:
+        return validate_kind(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def run_at_time(text: str) -> datetime:
+    """An argparse type: an ISO 8601 time with its UTC offset."""
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not an ISO 8601 time: {text!r} (e.g. 2030-01-31T09:00:00+01:00)"
+        ) from None
+    if value.tzinfo is None:
+        raise argparse.ArgumentTypeError(
+            f"give the time with its UTC offset, e.g. {text}+00:00 or {text}Z"
+        )
+    return value

@@ -1,0 +1,192 @@
+"""What each operator subcommand does with the queue it is given, and what it prints."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ..core.jobs import JobStatus, validate_spec
+from ..sync.queue import Queue
+from .errors import OperationFailed, UsageError
+from .output import (
+    emit,
+    format_duration,
+    format_time,
+    indent,
+    job_json,
+    jobs_text,
+    plural,
+    stats_json,
+    stats_text,
+)
+
+
+def cmd_migrate(queue: Queue, args: argparse.Namespace) -> int:
+    """``pgqueue migrate``: install or upgrade the schema."""
+    applied = queue.install()
+    version = queue.schema_version()
+    if applied:
+        done = "applied " + ", ".join(str(v) for v in applied)
+        text = f"{queue.table}: schema at version {version} ({done})"
+    else:
+        text = f"{queue.table}: schema at version {version}, up to date"
+    emit(args, {"table": queue.table, "version": version, "applied": applied}, text)
+    return 0
+
+
+def prepare_enqueue(args: argparse.Namespace) -> None:
+    """Read and check the job before connecting: bad input writes nothing."""
+    text = sys.stdin.read() if args.payload == "-" else args.payload
+    try:
+        args.payload = None if text is None else json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"PAYLOAD_JSON is not valid JSON: {exc}") from None
+    try:
+        validate_spec(
+            args.kind,
+            args.payload,
+            run_at=args.run_at,
+            delay=args.delay,
+            max_attempts=args.max_attempts,
+        )
+    except (TypeError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+
+
+def cmd_enqueue(queue: Queue, args: argparse.Namespace) -> int:
+    """``pgqueue enqueue KIND [PAYLOAD_JSON]``."""
+    new_id = queue.enqueue(
+        args.kind,
+        args.payload,
+        run_at=args.run_at,
+        delay=args.delay,
+        max_attempts=args.max_attempts,
+    )
+    if args.run_at is not None:
+        due = f", due at {format_time(args.run_at)}"
+    elif args.delay:
+        due = f", due in {format_duration(args.delay)}"
+    else:
+        due = ""
+    data = {"id": new_id, "kind": args.kind, "table": queue.table}
+    emit(args, data, f"enqueued job {new_id} ({args.kind}){due}")
+    return 0
+
+
+def cmd_stats(queue: Queue, args: argparse.Namespace) -> int:
+    """``pgqueue stats``."""
+    stats = queue.stats(args.visibility_timeout)
+    lease = args.visibility_timeout
+    emit(args, stats_json(queue.table, stats, lease), stats_text(queue.table, stats, lease))
+    return 0
+
+
+def cmd_jobs_list(queue: Queue, args: argparse.Namespace) -> int:
+    """``pgqueue jobs list``."""
+    jobs = queue.jobs(status=args.status, kinds=args.kinds, limit=args.limit, after_id=args.after)
+    emit(args, [job_json(j) for j in jobs], jobs_text(jobs))
+    return 0
+
+
+def cmd_jobs_show(queue: Queue, args: argparse.Namespace) -> int:
+    """``pgqueue jobs show ID``: exit 1 if there is no such job."""
+    job = queue.get(args.id)
+    if job is None:
+        raise OperationFailed(
+            f"no job {args.id} in {queue.table} (a job that succeeded leaves no row)"
+        )
+    fields: list[tuple[str, object]] = [
+        ("id", job.id),
+        ("kind", job.kind),
+        ("status", job.status.value),
+        ("attempts", f"{job.attempts} of {job.max_attempts}"),
+        ("run at", format_time(job.run_at)),
+        ("created at", format_time(job.created_at)),
+        ("locked by", job.locked_by or "-"),
+        ("locked at", format_time(job.locked_at)),
+    ]
+    width = max(len(name) for name, _ in fields)
+    lines = [f"{name.ljust(width)}  {value}" for name, value in fields]
+    lines += ["payload:", indent(json.dumps(job.payload, indent=2, ensure_ascii=False))]
+    if job.last_error is not None:
+        lines += ["last error:", indent(job.last_error)]
+    emit(args, job_json(job), "\n".join(lines))
+    return 0
+
+
+def cmd_dead_list(queue: Queue, args: argparse.Namespace) -> int:
+    """``pgqueue dead list``."""
+    jobs = queue.jobs(status="dead", kinds=args.kinds, limit=args.limit, after_id=args.after)
+    emit(args, [job_json(j) for j in jobs], jobs_text(jobs, dead=True))
+    return 0
+
+
+def prepare_dead_retry(args: argparse.Namespace) -> None:
+    """IDs or ``--all``, and ``--kind`` only with ``--all``."""
+    if args.all and args.ids:
+        raise UsageError("give job IDs or --all, not both")
+    if not args.all and not args.ids:
+        raise UsageError("name the dead jobs to retry by ID, or give --all")
+    if args.kinds and not args.all:
+        raise UsageError("--kind goes with --all (IDs name their jobs already)")
+
+
+def cmd_dead_retry(queue: Queue, args: argparse.Namespace) -> int:
+    """``pgqueue dead retry``: exit 1 if an ID named is not a dead job."""
+    if args.all:
+        count = queue.retry_dead(kinds=args.kinds)
+        emit(args, {"retried": count}, f"retried {count} dead job{plural(count)}")
+        return 0
+    ids = list(dict.fromkeys(args.ids))
+    # What each job was, to say why one is not retried; the retry itself
+    # touches only the jobs that are dead when it runs.
+    found = {i: queue.get(i) for i in ids}
+    count = queue.retry(ids)
+    refused = [
+        {"id": i, "status": None if job is None else job.status.value}
+        for i, job in found.items()
+        if job is None or job.status is not JobStatus.DEAD
+    ]
+    summary = f"retried {count} dead job{plural(count)}"
+    emit(args, {"retried": count, "not_dead": refused}, summary)
+    if count == len(ids):
+        return 0
+    for r in refused:
+        why = "no such job" if r["status"] is None else f"it is {r['status']}, not dead"
+        print(f"{args.subparser.prog}: job {r['id']} not retried: {why}", file=sys.stderr)
+    if not refused:  # it changed between the look and the retry
+        stale = len(ids) - count
+        print(f"{args.subparser.prog}: {stale} job(s) were no longer dead", file=sys.stderr)
+    return 1
+
+
+def cmd_dead_purge(queue: Queue, args: argparse.Namespace) -> int:
+    """``pgqueue dead purge --older-than DURATION``."""
+    count = queue.purge_dead(args.older_than, kinds=args.kinds)
+    age = format_duration(args.older_than)
+    emit(args, {"purged": count}, f"purged {count} dead job{plural(count)} older than {age}")
+    return 0
+
+
+def cmd_history_prune(queue: Queue, args: argparse.Namespace) -> int:
+    """``pgqueue history prune --older-than DURATION``."""
+    count = queue.prune_history(args.older_than)
+    age = format_duration(args.older_than)
+    emit(args, {"pruned": count}, f"pruned {count} history row{plural(count)} older than {age}")
+    return 0
+
+
+def cmd_reap(queue: Queue, args: argparse.Namespace) -> int:
+    """``pgqueue reap``."""
+    ids = queue.reap(args.visibility_timeout)
+    lease = format_duration(args.visibility_timeout)
+    if ids:
+        text = f"returned {len(ids)} job{plural(len(ids))} past a {lease} lease to pending: " + (
+            ", ".join(str(i) for i in ids)
+        )
+    else:
+        text = f"no job returned to pending (none running past a {lease} lease)"
+    lease_seconds = args.visibility_timeout.total_seconds()
+    emit(args, {"reaped": ids, "visibility_timeout_seconds": lease_seconds}, text)
+    return 0

@@ -1,0 +1,257 @@
+"""The operator subcommands: their arguments, and connecting to the queue they act on."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+
+from ..core.jobs import DEFAULT_VISIBILITY_TIMEOUT, JobStatus
+from ..sync.queue import Queue
+from .argtypes import (
+    job_id,
+    kind_name,
+    parse_duration,
+    positive_duration,
+    positive_int,
+    run_at_time,
+    table_name,
+)
+from .commands import (
+    cmd_dead_list,
+    cmd_dead_purge,
+    cmd_dead_retry,
+    cmd_enqueue,
+    cmd_history_prune,
+    cmd_jobs_list,
+    cmd_jobs_show,
+    cmd_migrate,
+    cmd_reap,
+    cmd_stats,
+    prepare_dead_retry,
+    prepare_enqueue,
+)
+from .errors import OperationFailed, UsageError, one_line
+
+DEFAULT_TABLE = "pgqueue_jobs"
+# A connection attempt that hears nothing gives up after this long, unless the
+# DSN or PGCONNECT_TIMEOUT says otherwise: an operator waits, a script hangs.
+CONNECT_TIMEOUT_SECONDS = 10
+
+
+def add_operator_commands(commands: Any) -> None:
+    """The subcommands that operate on a queue's table, each with --dsn, --table, --json."""
+    common = argparse.ArgumentParser(add_help=False)
+    options = common.add_argument_group("connection and output")
+    options.add_argument("--dsn", help="the database to connect to (default: $PGQUEUE_DSN)")
+    options.add_argument(
+        "--table",
+        type=table_name,
+        help="the queue's table, name or schema.name "
+        f"(default: $PGQUEUE_TABLE, else {DEFAULT_TABLE})",
+    )
+    options.add_argument(
+        "--json", action="store_true", help="print one JSON document instead of aligned text"
+    )
+
+    def leaf(
+        group: Any,
+        name: str,
+        run: Callable[[Queue, argparse.Namespace], int],
+        help: str,
+        description: str | None = None,
+        prepare: Callable[[argparse.Namespace], None] | None = None,
+    ) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = group.add_parser(
+            name, parents=[common], help=help, description=description or help
+        )
+        p.set_defaults(
+            run=lambda args: run_on_queue(run, args, prepare), subparser=p, history=False
+        )
+        return p
+
+    def kinds_option(p: argparse.ArgumentParser, what: str) -> None:
+        p.add_argument(
+            "--kind",
+            dest="kinds",
+            action="append",
+            type=kind_name,
+            metavar="KIND",
+            help=f"only {what} of this kind (repeat for several)",
+        )
+
+    def limit_option(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--limit", type=positive_int, default=100, metavar="N", help="at most N (default 100)"
+        )
+        p.add_argument("--after", type=job_id, metavar="ID", help="start after this id (to page)")
+
+    def nested(name: str, help: str) -> Any:
+        p = commands.add_parser(name, help=help, description=help)
+        p.set_defaults(subparser=p)
+        return p.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    leaf(
+        commands,
+        "migrate",
+        cmd_migrate,
+        "create the queue's table or upgrade its schema; print the version",
+        "Apply the schema migrations the table lacks (idempotent; one installer at a time). "
+        "A table built by hand with the seed design's columns is adopted in place.",
+    )
+
+    enqueue = leaf(commands, "enqueue", cmd_enqueue, "add one job", prepare=prepare_enqueue)
+    enqueue.add_argument("kind", metavar="KIND", help="which handler runs the job")
+    enqueue.add_argument(
+        "payload",
+        metavar="PAYLOAD_JSON",
+        nargs="?",
+        help="the handler's input as JSON (default: null); - reads it from stdin",
+    )
+    when = enqueue.add_mutually_exclusive_group()
+    when.add_argument("--delay", type=parse_duration, metavar="DURATION", help="run it later")
+    when.add_argument(
+        "--run-at",
+        type=run_at_time,
+        metavar="ISO8601",
+        help="not before this time, with its UTC offset (e.g. 2030-01-31T09:00:00Z)",
+    )
+    enqueue.add_argument(
+        "--max-attempts", type=positive_int, default=3, metavar="N", help="attempts (default 3)"
+    )
+
+    stats = leaf(
+        commands,
+        "stats",
+        cmd_stats,
+        "counts by status and kind, the oldest wait, and running jobs past their lease",
+    )
+    stats.add_argument(
+        "--visibility-timeout",
+        type=positive_duration,
+        default=DEFAULT_VISIBILITY_TIMEOUT,
+        metavar="DURATION",
+        help="the lease to judge running jobs by (default 5m, the workers' default)",
+    )
+
+    jobs = nested("jobs", "list and show jobs")
+    jobs_list = leaf(jobs, "list", cmd_jobs_list, "list jobs in id order")
+    jobs_list.add_argument(
+        "--status", choices=[s.value for s in JobStatus], help="only jobs in this status"
+    )
+    kinds_option(jobs_list, "jobs")
+    limit_option(jobs_list)
+    show = leaf(jobs, "show", cmd_jobs_show, "show one job, with its payload and last error")
+    show.add_argument("id", type=job_id, metavar="ID")
+
+    dead = nested("dead", "list, retry and purge dead jobs")
+    dead_list = leaf(dead, "list", cmd_dead_list, "list dead jobs in id order")
+    kinds_option(dead_list, "dead jobs")
+    limit_option(dead_list)
+    retry = leaf(
+        dead,
+        "retry",
+        cmd_dead_retry,
+        "put dead jobs back to pending with a fresh set of attempts",
+        "Put the dead jobs named (or, with --all, every dead job) back to pending, due now, "
+        "with a fresh set of attempts. Exit 1 if an ID named is not a dead job; the dead "
+        "ones named are retried all the same.",
+        prepare=prepare_dead_retry,
+    )
+    retry.add_argument("ids", type=job_id, nargs="*", metavar="ID")
+    retry.add_argument("--all", action="store_true", help="every dead job (of --kind, if given)")
+    kinds_option(retry, "with --all, dead jobs")
+    purge = leaf(
+        dead,
+        "purge",
+        cmd_dead_purge,
+        "delete dead jobs older than a DURATION",
+        "Delete dead jobs whose last attempt became due more than DURATION ago (no column "
+        "records when a job died; it died after that). --older-than 0 deletes every dead job.",
+    )
+    purge.add_argument(
+        "--older-than",
+        type=parse_duration,
+        required=True,
+        metavar="DURATION",
+        help="dead jobs whose last attempt was due longer ago than this (0: every dead job)",
+    )
+    kinds_option(purge, "dead jobs")
+    purge.add_argument(
+        "--history",
+        action="store_true",
+        help="copy each purged job into <table>_history in the same statement, as a queue "
+        "made with history=True does",
+    )
+
+    history = nested("history", "the audit trail of finished jobs (<table>_history)")
+    prune = leaf(
+        history,
+        "prune",
+        cmd_history_prune,
+        "delete history rows older than a DURATION",
+    )
+    prune.add_argument(
+        "--older-than",
+        type=positive_duration,
+        required=True,
+        metavar="DURATION",
+        help="rows of jobs that left the queue longer ago than this",
+    )
+
+    reap = leaf(
+        commands,
+        "reap",
+        cmd_reap,
+        "return running jobs whose lease ran out to pending",
+        "Return running jobs whose lease is older than the visibility timeout to pending "
+        "(those that used their last attempt become dead), as workers do every minute. "
+        "Prints the ids returned to pending; none if another reaper is at work.",
+    )
+    reap.add_argument(
+        "--visibility-timeout",
+        type=positive_duration,
+        default=DEFAULT_VISIBILITY_TIMEOUT,
+        metavar="DURATION",
+        help="the lease (default 5m, the workers' default)",
+    )
+
+
+def run_on_queue(
+    command: Callable[[Queue, argparse.Namespace], int],
+    args: argparse.Namespace,
+    prepare: Callable[[argparse.Namespace], None] | None = None,
+) -> int:
+    """Check the arguments (``prepare`` checks a command's own), connect, run `command`."""
+    dsn = args.dsn or os.environ.get("PGQUEUE_DSN")
+    if not dsn:
+        raise UsageError("no database given: pass --dsn or set PGQUEUE_DSN")
+    table = args.table or os.environ.get("PGQUEUE_TABLE") or DEFAULT_TABLE
+    try:
+        args.table = table_name(table)
+    except argparse.ArgumentTypeError as exc:
+        raise UsageError(f"$PGQUEUE_TABLE: {exc}") from None
+    if prepare is not None:
+        prepare(args)
+    check_connection(dsn)
+    with Queue(dsn, table=args.table, max_connections=1, history=args.history) as queue:
+        return command(queue, args)
+
+
+def check_connection(dsn: str) -> None:
+    """Connect once, so that an unreachable server is one clear line, at once."""
+    try:
+        params = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as exc:
+        raise UsageError(f"the DSN is not a connection string: {one_line(exc)}") from None
+    timeout: dict[str, Any] = {}
+    if "connect_timeout" not in params and not os.environ.get("PGCONNECT_TIMEOUT"):
+        timeout["connect_timeout"] = CONNECT_TIMEOUT_SECONDS
+    try:
+        psycopg.connect(dsn, **timeout).close()
+    except psycopg.Error as exc:
+        raise OperationFailed(f"cannot connect to the database: {one_line(exc)}") from None

@@ -1,0 +1,183 @@
+"""``pgqueue worker TARGET``: load a worker, apply the options, run it until it stops."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import importlib.util
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import FrameType
+from typing import Any
+
+import anyio
+
+from ..aio.queue import AsyncQueue
+from ..aio.worker import AsyncWorker
+from ..sync.queue import Queue
+from ..sync.worker import Worker
+from .errors import UsageError
+
+# The name docs/observability.md gives the command's logger, whichever module logs.
+log = logging.getLogger("pgqueue.cli")
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def run_worker(args: argparse.Namespace) -> int:
+    """``pgqueue worker TARGET``."""
+    logging.basicConfig(level=args.log_level, format=LOG_FORMAT, stream=sys.stderr)
+    target = load_target(args.target)
+    if args.trio and isinstance(target, Worker):
+        raise UsageError("--trio runs an AsyncWorker; a pgqueue.Worker runs on threads")
+    if args.trio and importlib.util.find_spec("trio") is None:
+        raise UsageError("--trio needs trio installed: pip install trio")
+    try:
+        worker = with_overrides(target, dsn=args.dsn, concurrency=args.concurrency,
+                                kinds=args.kinds)  # fmt: skip
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"cannot apply the options to {args.target}: {exc}") from exc
+
+    try:
+        with stop_on_signals(worker.stop):
+            if isinstance(worker, Worker):
+                run_sync_worker(worker, until_empty=args.until_empty)
+            else:
+                backend = "trio" if args.trio else "asyncio"
+                anyio.run(run_async_worker, worker, args.until_empty, backend=backend)
+    except KeyboardInterrupt:
+        log.warning("interrupted")
+        return 130
+    except Exception:
+        log.exception("the worker failed")
+        return 1
+    return 0
+
+
+def load_target(spec: str) -> Worker | AsyncWorker:
+    """Import ``module:attr.path`` and check that it names a worker."""
+    module_name, sep, attr_path = spec.partition(":")
+    if not sep or not module_name or not attr_path:
+        raise UsageError(f"TARGET must look like module:attribute, got {spec!r}")
+    # Like `python -m`: modules of the project the command runs in are importable.
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        if isinstance(exc, ModuleNotFoundError) and exc.name == module_name:
+            raise UsageError(f"no module named {module_name!r} (from {cwd})") from exc
+        raise UsageError(f"importing {module_name!r} failed: {type(exc).__name__}: {exc}") from exc
+    obj: Any = module
+    for part in attr_path.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise UsageError(f"{module_name!r} has no attribute {attr_path!r}") from None
+    if isinstance(obj, (Worker, AsyncWorker)):
+        return obj
+    if isinstance(obj, (Queue, AsyncQueue)):
+        kind = "Worker" if isinstance(obj, Queue) else "AsyncWorker"
+        raise UsageError(
+            f"{spec} is a pgqueue.{type(obj).__name__}, not a worker: name a pgqueue.{kind} built "
+            f"on it, with its handlers, e.g. worker = pgqueue.{kind}(queue, handlers)"
+        )
+    what = f"the class {obj.__name__}" if isinstance(obj, type) else f"a {type(obj).__name__}"
+    raise UsageError(f"{spec} is {what}, not a pgqueue.Worker or pgqueue.AsyncWorker instance")
+
+
+def with_overrides(
+    target: Worker | AsyncWorker,
+    *,
+    dsn: str | None,
+    concurrency: int | None,
+    kinds: list[str] | None,
+) -> Worker | AsyncWorker:
+    """The target itself, or a copy of it with these settings and server."""
+    queue = target.queue
+    new_dsn = dsn is not None and dsn != _conninfo(queue)
+    if not new_dsn and concurrency is None and kinds is None:
+        if isinstance(target, AsyncWorker):
+            target.handle_signals = True
+        return target
+    settings: dict[str, Any] = {
+        f.name: getattr(target.settings, f.name) for f in dataclasses.fields(target.settings)
+    }
+    if concurrency is not None:
+        settings["concurrency"] = concurrency
+    if kinds is not None:
+        settings["kinds"] = kinds
+    handlers: dict[str, Callable[..., Any]] = {}
+    for kind in target.handlers.kinds():
+        fn = target.handlers.get(kind)
+        assert fn is not None
+        handlers[kind] = fn
+    # The same classes, so that a subclass keeps what it overrides.
+    if isinstance(target, Worker):
+        assert isinstance(queue, Queue)
+        if dsn is not None and new_dsn:
+            queue = type(queue)(dsn, **queue.core.options())
+        return type(target)(queue, handlers, handle_signals=True, **settings)
+    assert isinstance(queue, AsyncQueue)
+    if dsn is not None and new_dsn:
+        queue = type(queue)(dsn, **queue.core.options())
+    return type(target)(queue, handlers, handle_signals=True, **settings)
+
+
+def _conninfo(queue: Queue | AsyncQueue) -> str | None:
+    try:
+        return queue.conninfo
+    except TypeError:  # a pool whose conninfo is a function
+        return None
+
+
+def run_sync_worker(worker: Worker, *, until_empty: bool) -> None:
+    """Run a `Worker` until it stops, then close its queue."""
+    try:
+        worker.run(until_empty=until_empty)
+    finally:
+        worker.queue.close()
+
+
+async def run_async_worker(worker: AsyncWorker, until_empty: bool) -> None:
+    """Run an `AsyncWorker` until it stops, then close its queue, shielded from cancellation."""
+    try:
+        await worker.run(until_empty=until_empty)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await worker.queue.close()
+
+
+@contextmanager
+def stop_on_signals(stop: Callable[[], None]) -> Iterator[None]:
+    """SIGINT and SIGTERM stop the worker gracefully.
+
+    While it serves, the worker watches these signals itself (and a second
+    one interrupts its running jobs); these handlers cover the moments
+    around that, and ``--until-empty`` runs, where it does not. `stop` is
+    called from a thread of its own: it is thread-safe, and a signal handler
+    must not touch the event loop it interrupted.
+    """
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        log.info("%s: stopping gracefully", signal.Signals(signum).name)
+        threading.Thread(target=stop, name="pgqueue-stop", daemon=True).start()
+
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may set signal handlers
+        return
+    previous = {sig: signal.signal(sig, on_signal) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -214,6 +214,10 @@ class AsyncQueue:
         op = self.core.cycle(succeeded, failures, worker=worker, limit=limit, kinds=kinds)
         return await self._driver.run(op)
 
+    async def claim_orphan(self, *, worker: str, kinds: Iterable[str] | None = None) -> list[Job]:
+        """Claim one orphaned job (`Job.orphaned`), which a worker runs alone."""
+        return await self._driver.run(self.core.claim_orphan(worker=worker, kinds=kinds))
+
     async def heartbeat(self, job_ids: Sequence[int], *, worker: str) -> list[int]:
         """Renew the leases of ``worker``'s running jobs; return those still held."""
         return await self._driver.run(self.core.heartbeat(job_ids, worker=worker))

@@ -348,7 +348,10 @@ class AsyncWorker:
                 if not jobs:
                     # Outcomes recorded by that very statement (a failure due
                     # again at once, say) were invisible to its claim: look again.
-                    if until_empty and quiet and not carried and not self._outcomes:
+                    idle = quiet and not carried and not self._outcomes
+                    if idle and await self._run_an_orphan_alone():
+                        continue
+                    if until_empty and idle:
                         return
                     await self._wait_for_work(until_empty)
                     continue
@@ -362,6 +365,36 @@ class AsyncWorker:
                 self._low_water = anyio.Event()
                 if len(self._unstarted) > self._low_water_mark:
                     await self._low_water.wait()
+
+    async def _run_an_orphan_alone(self) -> bool:
+        """Claim one orphaned job (`Job.orphaned`) and run it with nothing else
+        claimed or running; True if there was one.
+
+        Its last worker vanished holding it, perhaps because of it. A batch
+        that held it would go down with it again, each job there losing an
+        attempt; alone, it takes nothing else with it. The batches leave
+        orphans out, so they wait for a moment when this worker is idle.
+        """
+        try:
+            with anyio.CancelScope(shield=True):
+                jobs = await self.queue.claim_orphan(worker=self.name, kinds=self.settings.kinds)
+        except DATABASE_ERRORS as exc:
+            log.warning("worker %s: claim of an orphaned job failed (%s)", self.name, exc)
+            return False
+        if not jobs:
+            return False
+        [job] = jobs
+        log.warning("job %d (%s): its last worker vanished holding it; running it alone",
+                    job.id, job.kind)  # fmt: skip
+        if self._event_listeners or log.isEnabledFor(logging.DEBUG):
+            self._report_claimed(jobs)
+        self._unstarted.append(job)
+        self._work_ready.set()
+        self._work_ready = anyio.Event()
+        while self._unstarted or self._running:
+            self._job_done = anyio.Event()
+            await self._job_done.wait()
+        return True
 
     async def _wait_for_work(self, until_empty: bool) -> None:
         if until_empty:

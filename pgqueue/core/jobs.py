@@ -33,6 +33,9 @@ MAX_KIND_LENGTH = 255
 # Index names are "<table>_ready" and so on; PostgreSQL truncates identifiers at 63 bytes.
 MAX_TABLE_NAME_LENGTH = 48
 _NO_DELAY = timedelta(0)
+# How the reaper's last_error begins: the job's worker vanished while holding
+# it (a crash, a kill, a lost host), maybe because of the job itself.
+LEASE_EXPIRED = "lease expired"
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
@@ -66,6 +69,16 @@ class Job:
     locked_by: str | None
     locked_at: datetime | None
     created_at: datetime
+
+    @property
+    def orphaned(self) -> bool:
+        """Whether its last attempt ended with its worker gone (the reaper put it back).
+
+        Such a job may be what took that worker down, and the jobs claimed
+        beside it went down with it; so a worker runs an orphaned job alone,
+        with nothing else claimed (see `pgqueue.AsyncWorker`).
+        """
+        return self.last_error is not None and self.last_error.startswith(LEASE_EXPIRED)
 
     @classmethod
     def from_json(cls, row: dict[str, Any]) -> Job:

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from .backoff import Backoff
 from .jobs import (
     DEFAULT_VISIBILITY_TIMEOUT,
+    LEASE_EXPIRED,
     Job,
     JobNotRunning,
     JobStatus,
@@ -191,10 +192,19 @@ class QueueCore:
         self, limit: int = 20, *, worker: str, kinds: Iterable[str] | None = None
     ) -> Operation[list[Job]]:
         params = self._claim_params(limit, worker, kinds)
-        query = Query(self.sql.claim_kinds if "kinds" in params else self.sql.claim, params)
+        return self._claim(self.sql.claim_kinds if "kinds" in params else self.sql.claim, params)
 
+    def claim_orphan(
+        self, *, worker: str, kinds: Iterable[str] | None = None
+    ) -> Operation[list[Job]]:
+        """Claim one orphaned job (`Job.orphaned`), for a worker to run alone."""
+        params = self._claim_params(1, worker, kinds)
+        orphan = self.sql.claim_orphan_kinds if "kinds" in params else self.sql.claim_orphan
+        return self._claim(orphan, params)
+
+    def _claim(self, statement: bytes, params: dict[str, Any]) -> Operation[list[Job]]:
         def plan() -> Plan[list[Job]]:
-            rows = yield query
+            rows = yield Query(statement, params)
             return _in_claim_order(map(Job.from_row, rows))
 
         return Operation(plan())
@@ -327,7 +337,7 @@ class QueueCore:
             failures = [
                 self.failure(
                     _running_stub(job_id, attempts, max_attempts, locked_by),
-                    f"lease expired: no word from worker {locked_by!r} for {timeout}",
+                    f"{LEASE_EXPIRED}: no word from worker {locked_by!r} for {timeout}",
                     event=Event.EXPIRE,
                 )
                 for job_id, attempts, max_attempts, locked_by in rows

@@ -14,7 +14,7 @@ from typing import Final
 
 from psycopg import sql
 
-from .jobs import validate_table_name
+from .jobs import LEASE_EXPIRED, validate_table_name
 
 __all__ = ["JOB_COLUMNS", "Statements"]
 
@@ -155,16 +155,22 @@ UPDATE {table} AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id IN (
        SELECT id FROM {table}
-        WHERE status = 'pending' AND run_at <= now() {kind_filter}
+        WHERE status = 'pending' AND run_at <= now() {kind_filter} {orphans}
         ORDER BY run_at, id
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED)
 RETURNING {jcols}"""
-        self.claim = _render(claim, kind_filter=sql.SQL(""), **names)
-        self.claim_kinds = _render(
-            claim, kind_filter=sql.SQL("AND kind = ANY(%(kinds)s::text[])"), **names
-        )
         by_kind = sql.SQL("AND kind = ANY(%(kinds)s::text[])")
+        anything = sql.SQL("")
+        self.claim = _render(claim, kind_filter=anything, orphans=anything, **names)
+        self.claim_kinds = _render(claim, kind_filter=by_kind, orphans=anything, **names)
+        # A worker's batches leave out orphaned jobs (`Job.orphaned`): each
+        # runs alone, claimed by itself when the worker has nothing else.
+        orphaned = sql.SQL("starts_with(last_error, {})").format(sql.Literal(LEASE_EXPIRED))
+        no_orphans = sql.SQL("AND NOT coalesce({}, false)").format(orphaned)
+        only_orphans = sql.SQL("AND {}").format(orphaned)
+        self.claim_orphan = _render(claim, kind_filter=anything, orphans=only_orphans, **names)
+        self.claim_orphan_kinds = _render(claim, kind_filter=by_kind, orphans=only_orphans, **names)
 
         # Success: the row goes. Only a running job can succeed.
         self.complete = _render(
@@ -223,14 +229,14 @@ SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM done),
         keep_done = _history_copy(keep, "done", "succeeded")
         self.cycle = _render(
             cycle,
-            claim=sql.SQL(claim).format(kind_filter=sql.SQL(""), **names),
+            claim=sql.SQL(claim).format(kind_filter=anything, orphans=no_orphans, **names),
             failures=failed,
             keep=keep_done,
             **names,
         )
         self.cycle_kinds = _render(
             cycle,
-            claim=sql.SQL(claim).format(kind_filter=by_kind, **names),
+            claim=sql.SQL(claim).format(kind_filter=by_kind, orphans=no_orphans, **names),
             failures=failed,
             keep=keep_done,
             **names,

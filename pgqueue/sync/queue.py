@@ -211,6 +211,10 @@ class Queue:
         op = self.core.cycle(succeeded, failures, worker=worker, limit=limit, kinds=kinds)
         return self._driver.run(op)
 
+    def claim_orphan(self, *, worker: str, kinds: Iterable[str] | None = None) -> list[Job]:
+        """Claim one orphaned job (`Job.orphaned`), which a worker runs alone."""
+        return self._driver.run(self.core.claim_orphan(worker=worker, kinds=kinds))
+
     def heartbeat(self, job_ids: Sequence[int], *, worker: str) -> list[int]:
         """Renew the leases of ``worker``'s running jobs; return those still held."""
         return self._driver.run(self.core.heartbeat(job_ids, worker=worker))

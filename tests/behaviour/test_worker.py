@@ -291,3 +291,46 @@ async def test_worker_survives_its_connections_being_killed_and_loses_nothing(
         worker.stop()
     assert killed.is_set()
     assert set(handled) == set(ids)  # at least once each; none lost
+
+
+async def test_orphaned_jobs_run_alone_so_a_poison_job_takes_no_other_job_down(
+    queue: Any, raw: Raw, backend: str
+) -> None:
+    # A worker that vanished holding a batch: the reaper returns it, each job
+    # with an attempt used and the reaper's note as its last error.
+    orphans = await queue.enqueue_many([("check", i) for i in range(5)])
+    await queue.claim(5, worker="vanished")
+    raw.rows("UPDATE {table} SET locked_at = now() - interval '1 hour'")
+    assert sorted(await queue.reap(timedelta(minutes=5))) == orphans
+    assert [(await queue.get(i)).orphaned for i in orphans] == [True] * 5
+    fresh = await queue.enqueue_many([("check", i) for i in range(5, 25)])
+
+    # What else this worker held while each job ran, read from the table.
+    held_beside: dict[int, int] = {}
+
+    def check(job: pgqueue.Job) -> None:
+        held_beside[job.id] = raw.count("status = 'running' AND id <> %s", job.id)
+
+    lock = threading.Lock()  # the raw connection is shared by the worker's threads
+
+    def check_locked(job: pgqueue.Job) -> None:
+        with lock:
+            check(job)
+
+    worker = WorkerUnderTest(backend, queue, {"check": check_locked}, concurrency=4, batch_size=10)
+    await worker.run(until_empty=True)
+
+    assert sorted(held_beside) == sorted(orphans + fresh)
+    assert {i: held_beside[i] for i in orphans} == dict.fromkeys(orphans, 0)
+    assert raw.count() == 0
+
+
+async def test_a_failed_or_retried_job_is_no_longer_orphaned(queue: Any, raw: Raw) -> None:
+    job_id = await queue.enqueue("a", max_attempts=5)
+    await queue.claim(1, worker="vanished")
+    raw.rows("UPDATE {table} SET locked_at = now() - interval '1 hour'")
+    await queue.reap(timedelta(minutes=5))
+    [job] = await queue.claim(1)
+    assert job.orphaned
+    assert await queue.fail(job, "boom", retry_in=timedelta(0)) is JobStatus.PENDING
+    assert not (await queue.get(job_id)).orphaned

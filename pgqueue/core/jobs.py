@@ -30,17 +30,24 @@ __all__ = [
 ]
 
 MAX_KIND_LENGTH = 255
-# Index names are "<table>_ready" and so on; PostgreSQL truncates identifiers at 63 bytes.
+# PostgreSQL truncates identifiers (names of tables, indexes, channels) at 63 bytes.
+MAX_IDENTIFIER_LENGTH = 63
+# Index names are "<table>_ready" and so on.
 MAX_TABLE_NAME_LENGTH = 48
 _NO_DELAY = timedelta(0)
+# A job due later than this could not be read back: Python's datetime ends at year 9999.
+MAX_DELAY = timedelta(days=365 * 1000)
 # How the reaper's last_error begins: the job's worker vanished while holding
 # it (a crash, a kill, a lost host), maybe because of the job itself.
 LEASE_EXPIRED = "lease expired"
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
 # One encoder for every payload: building one per call costs more than encoding.
 _JSON = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
+# The same, without escaping non-ASCII: only to find lone surrogates, which jsonb refuses.
+_JSON_UNESCAPED = json.JSONEncoder(allow_nan=False, separators=(",", ":"), ensure_ascii=False)
 
 
 class JobStatus(enum.StrEnum):
@@ -184,6 +191,13 @@ def validate_kind(kind: object) -> str:
         raise ValueError("job kind must not be empty")
     if "\x00" in kind:
         raise ValueError("job kind must not contain NUL characters")
+    if not kind.isascii():
+        try:
+            kind.encode()
+        except UnicodeEncodeError:
+            raise ValueError(
+                "job kind must be valid Unicode text (it has a lone surrogate)"
+            ) from None
     if len(kind) > MAX_KIND_LENGTH:
         raise ValueError(f"job kind is longer than {MAX_KIND_LENGTH} characters")
     return kind
@@ -207,8 +221,18 @@ def encode_payload(payload: Any) -> str:
         text = _JSON.encode(payload)
     except (TypeError, ValueError, RecursionError) as exc:
         raise TypeError(f"job payload is not JSON-serialisable: {exc}") from exc
-    if "\\u0000" in text:
+    # A NUL is the escape \u0000 after an even run of backslashes; after an
+    # odd one the backslash is escaped and "u0000" is just text.
+    if "\\u0000" in text and _NUL_ESCAPE.search(text):
         raise ValueError("job payload must not contain NUL characters (jsonb cannot store them)")
+    if "\\ud" in text:  # a character beyond U+FFFF, or a lone surrogate
+        try:
+            _JSON_UNESCAPED.encode(payload).encode()
+        except UnicodeEncodeError:
+            raise ValueError(
+                "job payload must be valid Unicode text (it has a lone surrogate, "
+                "which jsonb cannot store)"
+            ) from None
     return text
 
 
@@ -239,6 +263,8 @@ def validate_spec(
         raise TypeError(f"delay must be a timedelta, not {type(delay).__name__}")
     elif delay < timedelta(0):
         raise ValueError(f"delay must not be negative, got {delay}")
+    elif delay > MAX_DELAY:
+        raise ValueError(f"delay must be at most {MAX_DELAY.days} days, got {delay}")
     return ValidatedSpec(kind, encode_payload(payload), run_at, delay, max_attempts)
 
 
@@ -282,7 +308,7 @@ def validate_table_name(table: object) -> tuple[str, ...]:
             f"unsafe table name {table!r}: use letters, digits and underscores, "
             "optionally as schema.table"
         )
-    if len(parts[-1]) > MAX_TABLE_NAME_LENGTH or len(parts[0]) > 63:
+    if len(parts[-1]) > MAX_TABLE_NAME_LENGTH or len(parts[0]) > MAX_IDENTIFIER_LENGTH:
         raise ValueError(f"table name {table!r} is too long (at most {MAX_TABLE_NAME_LENGTH})")
     return parts
 

@@ -23,6 +23,10 @@ BAD_ENQUEUES: list[tuple[str, tuple[Any, ...], dict[str, Any], type[Exception], 
     ("set payload", ("k", {1, 2}), {}, TypeError, "JSON"),
     ("NaN payload", ("k", {"x": float("nan")}), {}, TypeError, "JSON"),
     ("NUL in payload", ("k", {"x": "a\x00b"}), {}, ValueError, "NUL"),
+    ("NUL after a backslash", ("k", {"x": "\\\x00"}), {}, ValueError, "NUL"),
+    ("NUL in a key", ("k", {"a\x00": 1}), {}, ValueError, "NUL"),
+    ("lone surrogate in payload", ("k", ["\ud800"]), {}, ValueError, "surrogate"),
+    ("lone surrogate in kind", ("k\udfff",), {}, ValueError, "surrogate"),
     ("empty kind", ("",), {}, ValueError, "empty"),
     ("blank kind", ("   ",), {}, ValueError, "empty"),
     ("non-string kind", (42,), {}, TypeError, "str"),
@@ -33,6 +37,7 @@ BAD_ENQUEUES: list[tuple[str, tuple[Any, ...], dict[str, Any], type[Exception], 
     ("negative max_attempts", ("k",), {"max_attempts": -1}, ValueError, "max_attempts"),
     ("float max_attempts", ("k",), {"max_attempts": 2.5}, TypeError, "max_attempts"),
     ("negative delay", ("k",), {"delay": timedelta(seconds=-1)}, ValueError, "negative"),
+    ("delay past year 9999", ("k",), {"delay": timedelta.max}, ValueError, "at most"),
     ("delay as a string", ("k",), {"delay": "2 seconds"}, TypeError, "timedelta"),
     ("run_at and delay", ("k",), {"run_at": NOW, "delay": timedelta(1)}, ValueError, "not both"),
     ("naive run_at", ("k",), {"run_at": datetime(2030, 1, 1)}, ValueError, "timezone"),
@@ -55,6 +60,13 @@ async def test_bad_enqueue_raises_and_writes_nothing(
     with pytest.raises(error, match=words):
         await queue.enqueue(*args, **kwargs)
     assert raw.count() == 0
+
+
+async def test_text_that_only_looks_like_an_escape_is_stored_as_given(queue: Any) -> None:
+    # An escaped backslash, then "u0000": no NUL; astral characters are not surrogates.
+    payload = {"path": "C:\\u0000", "emoji": "\U0001f600", "keys": {"\\u0000": 1}}
+    job = await queue.get(await queue.enqueue("k", payload))
+    assert job.payload == payload
 
 
 @pytest.mark.parametrize("size", [3, 500], ids=["insert", "copy"])

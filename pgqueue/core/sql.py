@@ -10,11 +10,12 @@ composes nor escapes anything, and psycopg can prepare them by text.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Final
 
 from psycopg import sql
 
-from .jobs import LEASE_EXPIRED, validate_table_name
+from .jobs import LEASE_EXPIRED, MAX_IDENTIFIER_LENGTH, validate_table_name
 
 __all__ = ["JOB_COLUMNS", "Statements"]
 
@@ -81,6 +82,25 @@ def _history_copy(history: sql.Identifier | None, source: str, outcome: str) -> 
     )
 
 
+def notification_channel(table: str) -> str:
+    """The LISTEN/NOTIFY channel of a queue table: one per table, so queues
+    in one database do not wake each other.
+
+    A channel name is an identifier of at most 63 bytes (`pg_notify` refuses
+    a longer one, `LISTEN` truncates it); a longer ``schema.table`` keeps
+    its first 54 characters and gets a digest of the whole name.
+
+    >>> notification_channel("app.jobs")
+    'app.jobs'
+    >>> len(notification_channel("s" * 40 + "." + "t" * 40))
+    63
+    """
+    if len(table) <= MAX_IDENTIFIER_LENGTH:
+        return table
+    digest = hashlib.sha256(table.encode()).hexdigest()[:8]
+    return f"{table[: MAX_IDENTIFIER_LENGTH - 9]}_{digest}"
+
+
 class Statements:
     """The statements for one queue table.
 
@@ -92,8 +112,7 @@ class Statements:
         parts = validate_table_name(table)
         self.table_name = table
         self.history = history
-        # One channel per table, so queues in one database do not wake each other.
-        self.channel = table
+        self.channel = notification_channel(table)
         name = parts[-1]
         t = sql.Identifier(*parts)
         history_table = sql.Identifier(*parts[:-1], f"{name}_history")

@@ -277,6 +277,28 @@ async def test_failing_a_job_that_is_no_longer_running_raises(queue: Any) -> Non
         await queue.fail(job, "too late")
 
 
+async def test_the_longest_table_name_still_notifies(
+    dsn: str, table: str, backend: str, raw: Raw
+) -> None:
+    # 63 + 1 + 48 characters: too long for a channel name as it is.
+    schema, name = (table + "_" + "s" * 63)[:63], "j" * 48
+    raw.rows(f'CREATE SCHEMA "{schema}"')
+    try:
+        async with open_queue(backend, dsn, table=f"{schema}.{name}") as q:
+            await q.install()
+            raw.conn.execute(q.core.sql.listen)
+            await q.enqueue("a")
+            await q.enqueue_many([("b", 1), ("b", 2)])
+            notes = list(raw.conn.notifies(timeout=10, stop_after=2))
+            assert [(n.channel, n.payload) for n in notes] == [
+                (q.core.channel, "a"),
+                (q.core.channel, "b"),
+            ]
+            assert len(q.core.channel.encode()) == 63
+    finally:
+        raw.rows(f'DROP SCHEMA "{schema}" CASCADE')
+
+
 async def test_stale_claim_cannot_fail_a_reclaimed_job(queue: Any, raw: Raw) -> None:
     await queue.enqueue("a", max_attempts=5)
     [first] = await queue.claim(worker="slow")

@@ -21,8 +21,8 @@ import random
 import signal
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from contextlib import nullcontext, suppress
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 from datetime import timedelta
 from time import perf_counter
@@ -65,6 +65,11 @@ INTERRUPTED = "interrupted: the worker shut down before the job finished"
 # How long an outcome waits for the feeder's next claim to carry it before
 # the completer records it on its own.
 OUTCOME_LINGER = 0.02
+
+# A database call still waiting after this many seconds is logged as stalled
+# (a lock held on the queue table, no free connection in the pool, a slow
+# server), and again when it returns.
+STALL_WARNING = 5.0
 
 
 # Which event a failure that left its job pending reports, by what it was decided for.
@@ -215,6 +220,8 @@ class AsyncWorker:
         self._outcomes: list[Outcome] = []
         self._listener_stop = threading.Event()
         self._limiter = anyio.CapacityLimiter(self.settings.concurrency)
+        self._in_flight: dict[object, tuple[str, float]] = {}
+        self._stalled: set[object] = set()
 
     @property
     def name(self) -> str:
@@ -280,6 +287,7 @@ class AsyncWorker:
             async with anyio.create_task_group() as background:
                 background.start_soon(self._completer)
                 background.start_soon(self._heartbeat)
+                background.start_soon(self._watch_stalls)
                 if not until_empty:
                     await background.start(self._listener)
                     background.start_soon(self._reaper)
@@ -583,14 +591,16 @@ class AsyncWorker:
         """Record every outcome waiting and claim the next batch, together;
         return the jobs claimed and how many outcomes were recorded."""
         async with self._flush_lock:
-            return await self._write_outcomes(claim=True)
+            with self._watched("claim"):
+                return await self._write_outcomes(claim=True)
 
     async def _flush(self) -> None:
         async with self._flush_lock:
             errors = 0
             while self._outcomes:
                 try:
-                    await self._write_outcomes(claim=False)
+                    with self._watched("recording outcomes"):
+                        await self._write_outcomes(claim=False)
                 except DATABASE_ERRORS as exc:
                     errors += 1
                     await self._pause_after_error("recording outcomes", exc, errors)
@@ -725,6 +735,40 @@ class AsyncWorker:
         log.warning("worker %s: %s failed (%s); retrying in %.1fs", self.name, what, exc, delay)
         await anyio.sleep(delay)
 
+    @contextmanager
+    def _watched(self, what: str) -> Iterator[None]:
+        """Time a database call for `_watch_stalls`; after a stall, log its end."""
+        token = object()
+        self._in_flight[token] = (what, anyio.current_time())
+        try:
+            yield
+        finally:
+            _, since = self._in_flight.pop(token)
+            if token in self._stalled:
+                self._stalled.discard(token)
+                log.warning("worker %s: %s returned after %.1fs", self.name, what,
+                            anyio.current_time() - since)  # fmt: skip
+
+    async def _watch_stalls(self) -> None:
+        """Log each database call that has waited `STALL_WARNING` seconds, once.
+
+        A statement blocked on a lock, or a task waiting for a connection of
+        an exhausted pool, raises nothing: without this line the worker
+        would just fall silent.
+        """
+        while True:
+            await anyio.sleep(STALL_WARNING / 5)
+            now = anyio.current_time()
+            for token, (what, since) in list(self._in_flight.items()):
+                if token not in self._stalled and now - since >= STALL_WARNING:
+                    self._stalled.add(token)
+                    log.warning(
+                        "worker %s: %s waiting on the database for %.0fs so far: a lock held "
+                        "on %s, no free connection in the pool, or a slow server "
+                        "(pg_stat_activity and pg_locks show which)",
+                        self.name, what, now - since, self.queue.table,
+                    )  # fmt: skip
+
     # -- around the cycle -------------------------------------------------------------
 
     async def _heartbeat(self) -> None:
@@ -734,7 +778,8 @@ class AsyncWorker:
             if not ids:
                 continue
             try:
-                await self.queue.heartbeat(ids, worker=self.name)
+                with self._watched("heartbeat"):
+                    await self.queue.heartbeat(ids, worker=self.name)
             except DATABASE_ERRORS as exc:
                 log.warning("worker %s: heartbeat failed (%s)", self.name, exc)
 
@@ -743,7 +788,8 @@ class AsyncWorker:
         while True:
             try:
                 # What each job became, for the log and the listeners; `reap` tells only pending.
-                written = await self.queue.reap_outcomes(self.settings.visibility_timeout)
+                with self._watched("reaper"):
+                    written = await self.queue.reap_outcomes(self.settings.visibility_timeout)
             except DATABASE_ERRORS as exc:
                 log.warning("worker %s: reaper failed (%s)", self.name, exc)
             else:

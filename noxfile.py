@@ -61,6 +61,12 @@ def tests_pg15(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def reliability(session: nox.Session) -> None:
+    """Crash, restart and abuse scenarios with worker processes (docs/reliability.md)."""
+    _tests(session, "tests/reliability")
+
+
+@nox.session(python=PYTHON)
 def docs(session: nox.Session) -> None:
     """Build the documentation site; any warning fails it."""
     session.install("-e", ".[docs]")

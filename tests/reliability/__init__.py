@@ -1,0 +1,1 @@
+"""The reliability suite: worker processes against a real PostgreSQL, faults injected (issue 5)."""

@@ -1,0 +1,139 @@
+"""The worker module the reliability suite runs in processes of their own.
+
+    pgqueue worker tests.reliability.app:worker              # a pgqueue.Worker
+    pgqueue worker tests.reliability.app:async_worker        # a pgqueue.AsyncWorker
+    pgqueue worker tests.reliability.app:async_worker --trio
+
+Everything comes from the environment, read at import: ``PGQUEUE_DSN`` and
+``PGQUEUE_TABLE`` name the queue; ``REL_EXECUTIONS`` the table where every
+handler execution is counted (default ``<table>_executions``);
+``REL_BACKEND`` the label recorded with each execution; ``REL_CONCURRENCY``,
+``REL_BATCH_SIZE``, ``REL_POLL_INTERVAL`` and ``REL_VISIBILITY_TIMEOUT``
+(seconds) the workers' options. ``REL_POOL_SIZE`` gives the queue a small
+pool: a ``psycopg_pool.ConnectionPool`` of that size passed to the queue
+(sync and trio), or the queue's own pool capped by ``max_connections``
+(asyncio, whose ``AsyncConnectionPool`` cannot be opened before the loop
+runs; ``REL_ASYNC_LOOP`` says which loop the process runs);
+``REL_POOL_TIMEOUT`` is how long a caller waits for one of its connections.
+
+A handler counts its execution with an ``INSERT`` on a connection of its
+own, in autocommit: the row exists once the handler has run, whatever
+becomes of the job's outcome afterwards (a crash, a restart, a lost lease).
+That is the honest count for at-least-once delivery.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import anyio.to_thread
+import psycopg
+from psycopg import sql
+from psycopg_pool import ConnectionPool
+
+import pgqueue
+
+DSN = os.environ["PGQUEUE_DSN"]
+TABLE = os.environ["PGQUEUE_TABLE"]
+EXECUTIONS = sql.Identifier(os.environ.get("REL_EXECUTIONS", f"{TABLE}_executions"))
+BACKEND = os.environ.get("REL_BACKEND", "?")
+# A handler that cannot record its run keeps trying this long (a restarting server).
+RECORD_PATIENCE = 120.0
+
+OPTIONS: dict[str, Any] = {
+    "concurrency": int(os.environ.get("REL_CONCURRENCY", "4")),
+    "batch_size": int(os.environ.get("REL_BATCH_SIZE", "50")),
+    "poll_interval": float(os.environ.get("REL_POLL_INTERVAL", "0.5")),
+    "visibility_timeout": timedelta(seconds=float(os.environ.get("REL_VISIBILITY_TIMEOUT", "300"))),
+    "name": f"{BACKEND}:{os.getpid()}",
+}
+
+INSERT = sql.SQL(
+    "INSERT INTO {} (job_id, attempts, pid, backend, worker, run_at, created_at, client_time)"
+    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+).format(EXECUTIONS)
+
+_local = threading.local()
+
+
+def record(job: pgqueue.Job) -> None:
+    """Count one execution of ``job``, on this thread's own autocommit connection."""
+    deadline = time.monotonic() + RECORD_PATIENCE
+    while True:
+        conn: psycopg.Connection[Any] | None = getattr(_local, "conn", None)
+        try:
+            if conn is None or conn.closed:
+                conn = _local.conn = psycopg.connect(DSN, autocommit=True)
+            conn.execute(
+                INSERT,
+                (
+                    job.id,
+                    job.attempts,
+                    os.getpid(),
+                    BACKEND,
+                    job.locked_by,
+                    job.run_at,
+                    job.created_at,
+                    datetime.now(UTC),
+                ),
+            )
+            return
+        except psycopg.OperationalError:
+            if conn is not None:
+                conn.close()
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def count(job: pgqueue.Job) -> None:
+    record(job)
+
+
+def poison(job: pgqueue.Job) -> None:
+    """Count the execution, then take the whole process down with it."""
+    record(job)
+    os._exit(3)
+
+
+async def count_async(job: pgqueue.Job) -> None:
+    await anyio.to_thread.run_sync(record, job)
+
+
+async def poison_async(job: pgqueue.Job) -> None:
+    await anyio.to_thread.run_sync(record, job)
+    os._exit(3)
+
+
+def _pool() -> ConnectionPool | None:
+    size = os.environ.get("REL_POOL_SIZE")
+    if not size:
+        return None
+    return ConnectionPool(
+        DSN,
+        min_size=1,
+        max_size=int(size),
+        timeout=float(os.environ.get("REL_POOL_TIMEOUT", "30")),
+        kwargs={"autocommit": True},
+        open=True,
+        name="reliability-small",
+    )
+
+
+_small = _pool()
+queue = pgqueue.Queue(_small or DSN, table=TABLE)
+worker = pgqueue.Worker(queue, {"count": count, "poison": poison}, **OPTIONS)
+
+if _small is not None and os.environ.get("REL_ASYNC_LOOP") == "asyncio":
+    async_queue = pgqueue.AsyncQueue(
+        DSN, table=TABLE, max_connections=int(os.environ["REL_POOL_SIZE"])
+    )
+else:
+    async_queue = pgqueue.AsyncQueue(_small or DSN, table=TABLE)
+async_worker = pgqueue.AsyncWorker(
+    async_queue, {"count": count_async, "poison": poison_async}, **OPTIONS
+)

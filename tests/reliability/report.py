@@ -1,6 +1,6 @@
 """Turn the reliability suite's JSON results into the Markdown table of docs/reliability.md.
 
-    PGQUEUE_RELIABILITY_SCALE=full PGQUEUE_RELIABILITY_REPORT=results.json \\
+    PGQUEUE_RELIABILITY_REPORT=results.json \\
         python -m pytest tests/reliability
     python -m tests.reliability.report results.json
 """

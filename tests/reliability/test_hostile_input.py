@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -28,11 +27,11 @@ from pgqueue.core.ops import COPY_THRESHOLD
 
 from ..backends import open_queue
 from ..conftest import Raw
-from .conftest import SCALES
+from .conftest import chosen_scale
 
 pytestmark = pytest.mark.anyio
 
-EXAMPLES = SCALES[os.environ.get("PGQUEUE_RELIABILITY_SCALE", "ci")].examples
+EXAMPLES = chosen_scale().examples
 PROPERTY = settings(
     max_examples=EXAMPLES,
     deadline=None,

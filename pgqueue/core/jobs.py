@@ -35,7 +35,8 @@ MAX_IDENTIFIER_LENGTH = 63
 # Index names are "<table>_ready" and so on.
 MAX_TABLE_NAME_LENGTH = 48
 _NO_DELAY = timedelta(0)
-# A job due later than this could not be read back: Python's datetime ends at year 9999.
+# The longest delay a job may be given: a bound well inside what Python's
+# datetime (year 9999) reads back, far beyond any real schedule.
 MAX_DELAY = timedelta(days=365 * 1000)
 # How the reaper's last_error begins: the job's worker vanished while holding
 # it (a crash, a kill, a lost host), maybe because of the job itself.
@@ -257,15 +258,19 @@ def validate_spec(
             raise TypeError(f"run_at must be a datetime, not {type(run_at).__name__}")
         if run_at.tzinfo is None or run_at.utcoffset() is None:
             raise ValueError("run_at must be timezone-aware (a naive datetime is ambiguous)")
-    if delay is None:
-        delay = _NO_DELAY
-    elif not isinstance(delay, timedelta):
-        raise TypeError(f"delay must be a timedelta, not {type(delay).__name__}")
-    elif delay < timedelta(0):
-        raise ValueError(f"delay must not be negative, got {delay}")
-    elif delay > MAX_DELAY:
-        raise ValueError(f"delay must be at most {MAX_DELAY.days} days, got {delay}")
+    delay = _NO_DELAY if delay is None else validate_delay(delay, "delay")
     return ValidatedSpec(kind, encode_payload(payload), run_at, delay, max_attempts)
+
+
+def validate_delay(value: object, name: str) -> timedelta:
+    """A wait before a job is due (``delay``, ``retry_in``): from 0 to `MAX_DELAY`."""
+    if not isinstance(value, timedelta):
+        raise TypeError(f"{name} must be a timedelta, not {type(value).__name__}")
+    if value < timedelta(0):
+        raise ValueError(f"{name} must not be negative, got {value}")
+    if value > MAX_DELAY:
+        raise ValueError(f"{name} must be at most {MAX_DELAY.days} days, got {value}")
+    return value
 
 
 def validate_specs(specs: Iterable[SpecLike]) -> list[ValidatedSpec]:

@@ -24,6 +24,7 @@ from .jobs import (
     Stats,
     error_text,
     validate_age,
+    validate_delay,
     validate_ids,
     validate_job_id,
     validate_kinds,
@@ -257,10 +258,7 @@ class QueueCore:
         if not isinstance(job, Job):
             raise TypeError(f"expected a Job, got {type(job).__name__}")
         if retry_in is not None:
-            if not isinstance(retry_in, timedelta):
-                raise TypeError(f"retry_in must be a timedelta, not {type(retry_in).__name__}")
-            if retry_in < timedelta(0):
-                raise ValueError(f"retry_in must not be negative, got {retry_in}")
+            validate_delay(retry_in, "retry_in")
         status = next_state(job.status, event, attempts=job.attempts, max_attempts=job.max_attempts)
         assert isinstance(status, JobStatus)
         new_attempts = job.attempts

@@ -110,6 +110,8 @@ async def test_bad_claim_reap_and_fail_arguments(queue: Any, raw: Raw) -> None:
     [job] = await queue.claim()
     with pytest.raises(ValueError, match="retry_in"):
         await queue.fail(job, "x", retry_in=timedelta(seconds=-1))
+    with pytest.raises(ValueError, match="retry_in must be at most"):
+        await queue.fail(job, "x", retry_in=timedelta.max)
     with pytest.raises(TypeError, match="Job"):
         await queue.fail(job.id, "x")
     with pytest.raises(pgqueue.IllegalTransition):

@@ -344,30 +344,30 @@ class AsyncWorker:
                 # Armed before the claim: a notification that arrives while
                 # the claim is in flight still cuts the wait after it short.
                 self._wakeup = anyio.Event()
+                what = "claim"
                 try:
                     with anyio.CancelScope(shield=True):
                         # Shielded: a claim that committed is never dropped on the floor.
                         jobs, carried = await self._settle_and_claim()
+                    if not jobs:
+                        # Outcomes recorded by that very statement (a failure due
+                        # again at once, say) were invisible to its claim: look again.
+                        idle = quiet and not carried and not self._outcomes
+                        what = "claim of an orphaned job"
+                        if idle and await self._run_an_orphan_alone():
+                            errors = 0
+                            continue
                     errors = 0
                 except DATABASE_ERRORS as exc:
                     errors += 1
-                    await self._pause_after_error("claim", exc, errors)
+                    await self._pause_after_error(what, exc, errors)
                     continue
                 if not jobs:
-                    # Outcomes recorded by that very statement (a failure due
-                    # again at once, say) were invisible to its claim: look again.
-                    idle = quiet and not carried and not self._outcomes
-                    if idle and await self._run_an_orphan_alone():
-                        continue
                     if until_empty and idle:
                         return
                     await self._wait_for_work(until_empty)
                     continue
-                if self._event_listeners or log.isEnabledFor(logging.DEBUG):
-                    self._report_claimed(jobs)
-                self._unstarted.extend(jobs)
-                self._work_ready.set()
-                self._work_ready = anyio.Event()
+                self._hand_out(jobs)
                 # Claim the next batch once half of this one is handed out:
                 # the database works on it while the runners finish this one.
                 self._low_water = anyio.Event()
@@ -383,26 +383,26 @@ class AsyncWorker:
         attempt; alone, it takes nothing else with it. The batches leave
         orphans out, so they wait for a moment when this worker is idle.
         """
-        try:
-            with anyio.CancelScope(shield=True):
-                jobs = await self.queue.claim_orphan(worker=self.name, kinds=self.settings.kinds)
-        except DATABASE_ERRORS as exc:
-            log.warning("worker %s: claim of an orphaned job failed (%s)", self.name, exc)
-            return False
+        with anyio.CancelScope(shield=True), self._watched("claim of an orphaned job"):
+            jobs = await self.queue.claim_orphan(worker=self.name, kinds=self.settings.kinds)
         if not jobs:
             return False
         [job] = jobs
         log.warning("job %d (%s): its last worker vanished holding it; running it alone",
                     job.id, job.kind)  # fmt: skip
-        if self._event_listeners or log.isEnabledFor(logging.DEBUG):
-            self._report_claimed(jobs)
-        self._unstarted.append(job)
-        self._work_ready.set()
-        self._work_ready = anyio.Event()
+        self._hand_out(jobs)
         while self._unstarted or self._running:
             self._job_done = anyio.Event()
             await self._job_done.wait()
         return True
+
+    def _hand_out(self, jobs: list[Job]) -> None:
+        """Queue claimed jobs for the runners and wake them."""
+        if self._event_listeners or log.isEnabledFor(logging.DEBUG):
+            self._report_claimed(jobs)
+        self._unstarted.extend(jobs)
+        self._work_ready.set()
+        self._work_ready = anyio.Event()
 
     async def _wait_for_work(self, until_empty: bool) -> None:
         if until_empty:
@@ -740,13 +740,15 @@ class AsyncWorker:
         """Time a database call for `_watch_stalls`; after a stall, log its end."""
         token = object()
         self._in_flight[token] = (what, anyio.current_time())
+        ended = "failed"
         try:
             yield
+            ended = "returned"
         finally:
             _, since = self._in_flight.pop(token)
             if token in self._stalled:
                 self._stalled.discard(token)
-                log.warning("worker %s: %s returned after %.1fs", self.name, what,
+                log.warning("worker %s: %s %s after %.1fs", self.name, what, ended,
                             anyio.current_time() - since)  # fmt: skip
 
     async def _watch_stalls(self) -> None:

@@ -325,7 +325,7 @@ async def test_orphaned_jobs_run_alone_so_a_poison_job_takes_no_other_job_down(
     assert raw.count() == 0
 
 
-async def test_a_failed_or_retried_job_is_no_longer_orphaned(queue: Any, raw: Raw) -> None:
+async def test_a_failed_job_is_no_longer_orphaned(queue: Any, raw: Raw) -> None:
     job_id = await queue.enqueue("a", max_attempts=5)
     await queue.claim(1, worker="vanished")
     raw.rows("UPDATE {table} SET locked_at = now() - interval '1 hour'")
@@ -334,3 +334,16 @@ async def test_a_failed_or_retried_job_is_no_longer_orphaned(queue: Any, raw: Ra
     assert job.orphaned
     assert await queue.fail(job, "boom", retry_in=timedelta(0)) is JobStatus.PENDING
     assert not (await queue.get(job_id)).orphaned
+
+
+async def test_a_buried_orphan_retried_by_an_operator_still_runs_alone(
+    queue: Any, raw: Raw
+) -> None:
+    job_id = await queue.enqueue("a", max_attempts=1)
+    await queue.claim(1, worker="vanished")
+    raw.rows("UPDATE {table} SET locked_at = now() - interval '1 hour'")
+    await queue.reap(timedelta(minutes=5))  # its only attempt: buried
+    assert (await queue.get(job_id)).status is JobStatus.DEAD
+    assert await queue.retry(job_id) == 1
+    assert (await queue.get(job_id)).orphaned
+    assert [j.id for j in await queue.claim_orphan(worker="w")] == [job_id]

@@ -30,6 +30,7 @@ import pytest
 from psycopg import sql
 
 import pgqueue
+from pgqueue.core.sql import Statements
 from pgqueue.embedded import EmbeddedPostgres
 
 from ..conftest import Raw
@@ -308,7 +309,7 @@ class Fleet:
         """How many connections LISTEN on the queue's channel (workers' listeners)."""
         rows = self.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE query = %s",
-            f'LISTEN "{self.table}"',
+            Statements(self.table).listen.decode(),
         )
         return int(rows[0][0])
 
@@ -317,7 +318,7 @@ class Fleet:
         rows = self.execute(
             "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity"
             " WHERE query = %s",
-            f'LISTEN "{self.table}"',
+            Statements(self.table).listen.decode(),
         )
         return int(rows[0][0])
 

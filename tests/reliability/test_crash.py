@@ -15,7 +15,11 @@ from pgqueue import JobSpec
 
 from .conftest import Fleet, Report, Scale
 
-LEASE = "4"  # seconds: the visibility timeout, short so the reaper comes soon
+# Seconds of visibility timeout: short, so that the reaper comes soon, yet
+# many heartbeats long, so that a busy machine never lets a living worker's
+# lease run out.
+LEASE = "8"
+POISON_LEASE = "4"  # three deaths, each waiting for a lease
 
 
 def held_by(fleet: Fleet, name: str) -> set[int]:
@@ -83,7 +87,7 @@ def test_poison_job_that_kills_its_worker_goes_dead_and_the_queue_keeps_flowing(
         ids += q.enqueue_many(
             [JobSpec("count", i, max_attempts=3) for i in range(half, scale.poison_jobs)]
         )
-    env = {"REL_VISIBILITY_TIMEOUT": "2", "REL_CONCURRENCY": "4", "REL_BATCH_SIZE": "10"}
+    env = {"REL_VISIBILITY_TIMEOUT": POISON_LEASE, "REL_CONCURRENCY": "4", "REL_BATCH_SIZE": "10"}
 
     def settled() -> bool:
         assert fleet.count("status = 'dead' AND id <> %s", poison_id) == 0, fleet.output()

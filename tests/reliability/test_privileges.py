@@ -3,8 +3,8 @@
 The owner (here the server's superuser) installs the table; a separate
 login role, neither superuser nor owner, with no right to create anything,
 then enqueues (one job, a small batch, a COPY batch), runs a serving worker
-(claims, completions, failures, heartbeats, the reaper, LISTEN), and calls
-``reap``, ``stats``, ``get``, ``fail`` and ``retry``. Any privilege the
+(claims, completions, failures, the reaper, LISTEN), and calls
+``heartbeat``, ``reap``, ``stats``, ``get``, ``fail`` and ``retry``. Any privilege the
 runtime needs beyond the documented grants fails this test.
 """
 
@@ -89,7 +89,7 @@ async def test_runtime_role_with_only_the_documented_grants_runs_the_whole_queue
         doomed = await q.enqueue("fails", max_attempts=1)
         assert len({one, *small, *copied, doomed}) == 307
 
-        # A serving worker: LISTEN, claims, completions, a failure, heartbeats, the reaper.
+        # A serving worker: LISTEN, claims, completions, a failure, the reaper.
         worker = WorkerUnderTest(
             backend,
             q,
@@ -111,6 +111,8 @@ async def test_runtime_role_with_only_the_documented_grants_runs_the_whole_queue
         assert await q.retry([doomed]) == 1
         [job] = await q.claim(1, worker="by-hand")
         assert job.id == doomed
+        # A heartbeat, as a worker sends for a job that runs for a while.
+        assert await q.heartbeat([doomed], worker="by-hand") == [doomed]
         assert await q.fail(job, "again") is pgqueue.JobStatus.DEAD
         assert await q.retry(doomed) == 1
         [job] = await q.claim(1, worker="by-hand")

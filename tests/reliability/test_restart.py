@@ -56,12 +56,15 @@ def test_jobs_keep_flowing_while_the_listener_is_cut_again_and_again_and_it_retu
 ) -> None:
     env = {"REL_POLL_INTERVAL": "0.5", "REL_CONCURRENCY": "4", "REL_BATCH_SIZE": "20"}
     workers = [fleet.start(backend, **env) for _ in range(2)]
-    fleet.wait_until(lambda: fleet.listeners() == len(workers), "the listeners", alive=workers)
 
     ids: list[int] = []
     cuts = 0
     rounds = 10
     for r in range(rounds):
+        # Each round cuts every listener, once they are back.
+        fleet.wait_until(
+            lambda: fleet.listeners() == len(workers), "the listeners to return", alive=workers
+        )
         cuts += fleet.terminate_listeners()
         batch = fleet.enqueue(scale.listener_jobs // rounds, start=len(ids))
         ids += batch

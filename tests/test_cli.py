@@ -12,9 +12,11 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -182,6 +184,7 @@ def test_version_and_help_exit_zero(app: App) -> None:
         (["worker", "tests.cli_app:worker", "--kinds", ","], "name at least one kind"),
         (["worker", "tests.cli_app:worker", "--log-level", "loud"], "invalid choice"),
         (["worker", "tests.cli_app:worker", "--frobnicate"], "unrecognized arguments"),
+        (["worker", "tests.cli_app:worker", "--metrics-port", "70000"], "not a port number"),
     ],
 )
 def test_bad_arguments_exit_2_with_a_message_and_no_traceback(
@@ -224,6 +227,59 @@ def test_dsn_option_overrides_the_server_of_the_targets_queue(
         assert app.exit_code(proc) == 0, app.output()
     assert app.runs_of("finish") == Counter(ids)
     assert app.raw.count() == 0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@pytest.mark.parametrize("flavour", list(FLAVOURS))
+def test_metrics_port_serves_the_workers_events_and_the_queues_stats(
+    app: App, queue: pgqueue.Queue, flavour: str
+) -> None:
+    ids = queue.enqueue_many([("noop", i) for i in range(5)])
+    port = free_port()
+    succeeded = f'pgqueue_jobs_total{{event="succeeded",kind="noop",queue="{app.table}"}} 5.0'
+    metrics = ""
+
+    def scraped() -> bool:
+        nonlocal metrics
+        url = f"http://127.0.0.1:{port}/metrics"
+        with urllib.request.urlopen(url, timeout=PATIENCE) as response:
+            metrics = response.read().decode()
+        return succeeded in metrics
+
+    with app.worker(*FLAVOURS[flavour], "--metrics-port", str(port)) as proc:
+        app.wait_until(lambda: app.runs_of("finish") == Counter(ids), "the jobs to run", proc)
+        # Events follow the outcomes, which are recorded in batches after the handlers.
+        app.wait_until(scraped, "5 successes in the metrics", proc)
+        proc.send_signal(signal.SIGTERM)
+        assert app.exit_code(proc) == 0, app.output()
+    assert f'pgqueue_queue_up{{queue="{app.table}"}} 1.0' in metrics
+    assert f'pgqueue_queue_jobs{{queue="{app.table}",status="pending"}} 0.0' in metrics
+    assert f"serving Prometheus metrics on port {port}" in app.output()
+
+
+def test_metrics_port_refuses_a_module_that_registers_the_metrics_itself(app: App) -> None:
+    port = str(free_port())
+    done = run_command(app, "worker", "tests.cli_app_metered:worker", "--metrics-port", port)
+    assert done.returncode == 2, done.stderr
+    assert "already registers pgqueue's metrics" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_metrics_port_in_use_exits_1_with_a_message(app: App) -> None:
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = run_command(app, "worker", "tests.cli_app:worker", "--metrics-port", str(port))
+    assert done.returncode == 1, done.stderr
+    assert f"cannot serve metrics on port {port}" in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 @pytest.mark.parametrize("until_empty", [False, True], ids=["serving", "until-empty"])

@@ -57,7 +57,7 @@ from psycopg_pool import PoolTimeout
 from .. import __version__
 from .. import bench as pgqueue_bench
 from ..core.migrations import SchemaError
-from .argtypes import kind_list, parse_duration, positive_int
+from .argtypes import kind_list, parse_duration, port, positive_int
 from .errors import OperationFailed, UsageError, one_line
 from .operate import add_operator_commands
 from .worker import LOG_LEVELS, run_worker
@@ -170,6 +170,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     worker.add_argument(
         "--trio", action="store_true", help="run an AsyncWorker on trio instead of asyncio"
+    )
+    worker.add_argument(
+        "--metrics-port",
+        type=port,
+        metavar="PORT",
+        help="serve Prometheus metrics on this port, all interfaces: the worker's events "
+        "and the queue's stats at /metrics (needs the prometheus extra)",
     )
     worker.add_argument(
         "--log-level",

@@ -20,6 +20,14 @@ def positive_int(text: str) -> int:
     return value
 
 
+def port(text: str) -> int:
+    """An argparse type: a TCP port number, 1 to 65535."""
+    value = positive_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"not a port number (1 to 65535): {value}")
+    return value
+
+
 def kind_list(text: str) -> list[str]:
     """An argparse type: comma-separated job kinds."""
     kinds = [k.strip() for k in text.split(",") if k.strip()]

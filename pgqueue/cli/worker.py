@@ -22,7 +22,7 @@ from ..aio.queue import AsyncQueue
 from ..aio.worker import AsyncWorker
 from ..sync.queue import Queue
 from ..sync.worker import Worker
-from .errors import UsageError
+from .errors import OperationFailed, UsageError
 
 # The name docs/observability.md gives the command's logger, whichever module logs.
 log = logging.getLogger("pgqueue.cli")
@@ -46,6 +46,7 @@ def run_worker(args: argparse.Namespace) -> int:
     except (TypeError, ValueError) as exc:
         raise UsageError(f"cannot apply the options to {args.target}: {exc}") from exc
 
+    stats_queue = serve_metrics(worker, args.metrics_port) if args.metrics_port else None
     try:
         with stop_on_signals(worker.stop):
             if isinstance(worker, Worker):
@@ -59,7 +60,52 @@ def run_worker(args: argparse.Namespace) -> int:
     except Exception:
         log.exception("the worker failed")
         return 1
+    finally:
+        if stats_queue is not None and stats_queue is not worker.queue:
+            stats_queue.close()
     return 0
+
+
+def serve_metrics(worker: Worker | AsyncWorker, port: int) -> Queue:
+    """Serve the worker's events and its queue's stats to Prometheus on ``port``.
+
+    Both go to ``prometheus_client``'s global registry, so that metrics the
+    application registers there are served too. The stats are read at each
+    scrape with a sync `Queue`: the worker's own, or one connection of the
+    same server for an `AsyncWorker`. Returns that queue.
+    """
+    try:
+        from prometheus_client import start_http_server
+
+        from ..prometheus import PrometheusMetrics, QueueStatsCollector
+    except ImportError:
+        raise UsageError(
+            "--metrics-port needs prometheus_client: pip install 'pgqueue[prometheus]'"
+        ) from None
+    if isinstance(worker.queue, Queue):
+        queue = worker.queue
+    else:
+        conninfo = _conninfo(worker.queue)
+        if conninfo is None:
+            raise UsageError(
+                "--metrics-port: the worker's pool has no fixed connection string to read "
+                "the queue's stats with; give its AsyncQueue a DSN or a pool with one"
+            )
+        queue = Queue(conninfo, max_connections=1, **worker.queue.core.options())
+    try:
+        worker.add_event_listener(PrometheusMetrics())
+        QueueStatsCollector(queue, visibility_timeout=worker.settings.visibility_timeout)
+    except ValueError as exc:  # the registry refuses a name registered twice
+        raise UsageError(
+            f"--metrics-port: the worker's module already registers pgqueue's metrics ({exc}); "
+            "serve them from there, or register them only once"
+        ) from exc
+    try:
+        start_http_server(port)
+    except OSError as exc:
+        raise OperationFailed(f"cannot serve metrics on port {port}: {exc}") from exc
+    log.info("serving Prometheus metrics on port %d (/metrics)", port)
+    return queue
 
 
 def load_target(spec: str) -> Worker | AsyncWorker:

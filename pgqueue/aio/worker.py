@@ -220,6 +220,9 @@ class AsyncWorker:
         self._outcomes: list[Outcome] = []
         self._listener_stop = threading.Event()
         self._limiter = anyio.CapacityLimiter(self.settings.concurrency)
+        # An orphaned job claimed while others were running, held until they finish.
+        self._held: Job | None = None
+        self._next_orphan_look = 0.0
         self._in_flight: dict[object, tuple[str, float]] = {}
         self._stalled: set[object] = set()
 
@@ -322,6 +325,9 @@ class AsyncWorker:
                 self._closed = True
                 unstarted = list(self._unstarted)
                 self._unstarted.clear()
+                if self._held is not None:
+                    unstarted.append(self._held)
+                    self._held = None
                 for chunk in self._chunks:
                     for job in chunk.cut():
                         del self._running[job.id]
@@ -346,6 +352,12 @@ class AsyncWorker:
                 self._wakeup = anyio.Event()
                 what = "claim"
                 try:
+                    if not quiet and self._time_to_look_for_orphans():
+                        what = "claim of an orphaned job"
+                        if await self._run_an_orphan_alone():
+                            errors = 0
+                            continue
+                        what = "claim"
                     with anyio.CancelScope(shield=True):
                         # Shielded: a claim that committed is never dropped on the floor.
                         jobs, carried = await self._settle_and_claim()
@@ -374,6 +386,14 @@ class AsyncWorker:
                 if len(self._unstarted) > self._low_water_mark:
                     await self._low_water.wait()
 
+    def _time_to_look_for_orphans(self) -> bool:
+        """Whether a busy worker should look for an orphan now: once a reap interval."""
+        now = anyio.current_time()
+        if now < self._next_orphan_look:
+            return False
+        self._next_orphan_look = now + self.settings.reap_interval
+        return True
+
     async def _run_an_orphan_alone(self) -> bool:
         """Claim one orphaned job (`Job.orphaned`) and run it with nothing else
         claimed or running; True if there was one.
@@ -381,20 +401,37 @@ class AsyncWorker:
         Its last worker vanished holding it, perhaps because of it. A batch
         that held it would go down with it again, each job there losing an
         attempt; alone, it takes nothing else with it. The batches leave
-        orphans out, so they wait for a moment when this worker is idle.
+        orphans out: an idle worker looks for one after each empty claim, a
+        busy one once a reap interval. A busy worker holds the orphan it
+        claimed (its lease renewed) and claims nothing more until the jobs it
+        has finish.
         """
         with anyio.CancelScope(shield=True), self._watched("claim of an orphaned job"):
             jobs = await self.queue.claim_orphan(worker=self.name, kinds=self.settings.kinds)
         if not jobs:
             return False
         [job] = jobs
+        if self._unstarted or self._running:
+            log.info("job %d (%s): its last worker vanished holding it; held until the %d jobs "
+                     "this worker has are done", job.id, job.kind,
+                     len(self._unstarted) + len(self._running))  # fmt: skip
+            # Released at shutdown with the unstarted jobs if the wait is cut short.
+            self._held = job
+            await self._until_nothing_runs()
+            # Their outcomes too: a crash now must not take them down.
+            with anyio.CancelScope(shield=True):
+                await self._flush()
+            self._held = None
         log.warning("job %d (%s): its last worker vanished holding it; running it alone",
                     job.id, job.kind)  # fmt: skip
         self._hand_out(jobs)
+        await self._until_nothing_runs()
+        return True
+
+    async def _until_nothing_runs(self) -> None:
         while self._unstarted or self._running:
             self._job_done = anyio.Event()
             await self._job_done.wait()
-        return True
 
     def _hand_out(self, jobs: list[Job]) -> None:
         """Queue claimed jobs for the runners and wake them."""
@@ -777,6 +814,8 @@ class AsyncWorker:
         while True:
             await anyio.sleep(self.settings.heartbeat_interval)
             ids = [*self._running, *(j.id for j in self._unstarted)]
+            if self._held is not None:
+                ids.append(self._held.id)
             if not ids:
                 continue
             try:

@@ -23,6 +23,7 @@ from psycopg import sql
 
 from .jobs import validate_table_name
 from .plans import Plan, Query
+from .sql import ORPHANED
 
 __all__ = [
     "LATEST_VERSION",
@@ -60,6 +61,7 @@ class SchemaNames:
     ready_index: sql.Identifier
     history: sql.Identifier
     history_index: sql.Identifier
+    orphans_index: sql.Identifier
     versions: sql.Identifier
     # The key of this table's rows in ``pgqueue_schema``, which lives in
     # the same schema: the table's own name is unique there.
@@ -80,6 +82,7 @@ class SchemaNames:
             ready_index=sql.Identifier(f"{name}_ready"),
             history=sql.Identifier(*schema, f"{name}_history"),
             history_index=sql.Identifier(f"{name}_history_finished"),
+            orphans_index=sql.Identifier(f"{name}_orphans"),
             versions=versions,
             key=name,
             regclass=ident.as_bytes(None).decode(),
@@ -94,6 +97,8 @@ class SchemaNames:
                 ready_index=self.ready_index,
                 history=self.history,
                 history_index=self.history_index,
+                orphans_index=self.orphans_index,
+                orphaned=ORPHANED,
                 versions=self.versions,
             )
             .as_bytes(None)
@@ -239,11 +244,23 @@ CREATE TABLE IF NOT EXISTS {history} (
     yield Query(n.render("CREATE INDEX IF NOT EXISTS {history_index} ON {history} (finished_at)"))
 
 
+def _orphans_index(n: SchemaNames) -> Plan[None]:
+    # The orphaned jobs waiting to run alone: few, and found without reading
+    # the backlog, which a busy worker's look for them would otherwise scan.
+    yield Query(
+        n.render(
+            "CREATE INDEX IF NOT EXISTS {orphans_index} ON {table} (run_at, id)"
+            " WHERE status = 'pending' AND {orphaned}"
+        )
+    )
+
+
 MIGRATIONS: Final[tuple[Migration, ...]] = (
     Migration(1, "queue table and its partial ready index", _table_and_ready_index),
     Migration(2, "checks on status and attempts, a default payload", _constraints),
     Migration(3, "autovacuum by a fixed number of dead rows", _autovacuum),
     Migration(4, "history table for jobs that left the queue", _history),
+    Migration(5, "partial index of orphaned jobs", _orphans_index),
 )
 LATEST_VERSION: Final = MIGRATIONS[-1].version
 

@@ -17,7 +17,12 @@ from psycopg import sql
 
 from .jobs import LEASE_EXPIRED, MAX_IDENTIFIER_LENGTH, validate_table_name
 
-__all__ = ["JOB_COLUMNS", "Statements"]
+__all__ = ["JOB_COLUMNS", "ORPHANED", "Statements"]
+
+# An orphaned job (`Job.orphaned`): its worker vanished holding it. The same
+# expression is the predicate of the ``<table>_orphans`` index (migration 5),
+# so that the claim of an orphan reads that small index.
+ORPHANED: Final = sql.SQL("starts_with(last_error, {})").format(sql.Literal(LEASE_EXPIRED))
 
 # The order `Job.from_row` reads.
 JOB_COLUMNS: Final = (
@@ -185,9 +190,8 @@ RETURNING {jcols}"""
         self.claim_kinds = _render(claim, kind_filter=by_kind, orphans=anything, **names)
         # A worker's batches leave out orphaned jobs (`Job.orphaned`): each
         # runs alone, claimed by itself when the worker has nothing else.
-        orphaned = sql.SQL("starts_with(last_error, {})").format(sql.Literal(LEASE_EXPIRED))
-        no_orphans = sql.SQL("AND NOT coalesce({}, false)").format(orphaned)
-        only_orphans = sql.SQL("AND {}").format(orphaned)
+        no_orphans = sql.SQL("AND NOT coalesce({}, false)").format(ORPHANED)
+        only_orphans = sql.SQL("AND {}").format(ORPHANED)
         self.claim_orphan = _render(claim, kind_filter=anything, orphans=only_orphans, **names)
         self.claim_orphan_kinds = _render(claim, kind_filter=by_kind, orphans=only_orphans, **names)
 

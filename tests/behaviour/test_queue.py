@@ -212,6 +212,20 @@ async def test_claim_uses_the_partial_ready_index(queue: Any, raw: Raw) -> None:
     assert "Seq Scan" not in plan, plan
 
 
+async def test_claim_of_an_orphan_reads_the_orphans_index_not_the_backlog(
+    queue: Any, raw: Raw
+) -> None:
+    # A long backlog of ready jobs, none orphaned: what a busy worker looks past.
+    raw.rows(
+        "INSERT INTO {table} (kind, payload) SELECT 'new', 'null' FROM generate_series(1, 20000)"
+    )
+    raw.rows("ANALYZE {table}")
+    explain = b"EXPLAIN " + queue.core.sql.claim_orphan
+    plan = "\n".join(r[0] for r in raw.conn.execute(explain, {"worker": "w", "limit": 1}))
+    assert f"{queue.table}_orphans" in plan, plan
+    assert "Seq Scan" not in plan, plan
+
+
 # -- outcomes ------------------------------------------------------------------
 
 

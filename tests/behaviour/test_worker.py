@@ -325,6 +325,53 @@ async def test_orphaned_jobs_run_alone_so_a_poison_job_takes_no_other_job_down(
     assert raw.count() == 0
 
 
+async def test_a_busy_worker_holds_an_orphan_and_runs_it_alone_once_its_jobs_are_done(
+    queue: Any, raw: Raw, backend: str
+) -> None:
+    long_started, release_long = threading.Event(), threading.Event()
+    lock = threading.Lock()  # the raw connection is shared by the worker's threads
+    held_beside: dict[int, int] = {}
+
+    def long(job: pgqueue.Job) -> None:
+        long_started.set()
+        assert release_long.wait(PATIENCE)
+
+    def check(job: pgqueue.Job) -> None:
+        with lock:
+            held_beside[job.id] = raw.count("status = 'running' AND id <> %s", job.id)
+
+    await queue.enqueue("long")
+    worker = WorkerUnderTest(
+        backend, queue, {"long": long, "check": check},
+        concurrency=2, visibility_timeout=timedelta(seconds=2), poll_interval=0.2,
+    )  # fmt: skip
+    name = worker.worker.name
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.run)
+        await wait_for(long_started)
+        # An orphan appears while the worker is busy, with other work beside it.
+        with lock:
+            [(orphan,)] = raw.rows(
+                "INSERT INTO {table} (kind, payload, attempts, last_error)"
+                " VALUES ('check', 'null', 1, 'lease expired: test') RETURNING id"
+            )
+        others = await queue.enqueue_many([("check", i) for i in range(10)])
+
+        def orphan_held() -> bool:
+            with lock:
+                return raw.count("id = %s AND status = 'running' AND locked_by = %s", orphan, name)
+
+        # It does not wait for the worker to be idle: the long job is still running.
+        await wait_until(orphan_held, "the busy worker to claim the orphan")
+        assert orphan not in held_beside
+        release_long.set()
+        await wait_until(lambda: len(held_beside) == 11, "every check job")
+        worker.stop()
+    assert held_beside[orphan] == 0  # alone
+    assert sorted(held_beside) == sorted([orphan, *others])
+    assert raw.count() == 0
+
+
 async def test_a_failed_job_is_no_longer_orphaned(queue: Any, raw: Raw) -> None:
     job_id = await queue.enqueue("a", max_attempts=5)
     await queue.claim(1, worker="vanished")

@@ -28,6 +28,7 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
+from psycopg.conninfo import make_conninfo
 
 import pgqueue
 from pgqueue.core.sql import Statements
@@ -156,10 +157,14 @@ class Tally:
 class Worker:
     """One ``pgqueue worker`` process, its flavour and its log."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], backend: str, log: Path) -> None:
+    def __init__(
+        self, proc: subprocess.Popen[bytes], backend: str, log: Path, application_name: str
+    ) -> None:
         self.proc = proc
         self.backend = backend
         self.log = log
+        # Every connection of the process carries it: pg_stat_activity tells them apart.
+        self.application_name = application_name
 
     @property
     def pid(self) -> int:
@@ -241,13 +246,16 @@ class Fleet:
         self, backend: str, *args: str, launcher: tuple[str, ...] = ("-m", "pgqueue"), **env: str
     ) -> Worker:
         """``pgqueue worker`` for ``backend`` in a session of its own; killed at teardown."""
-        log = self.tmp_path / f"worker-{len(self.workers) + 1}-{backend}.log"
+        n = len(self.workers) + 1
+        log = self.tmp_path / f"worker-{n}-{backend}.log"
+        application_name = f"pgqueue-reliability-{n}"
         with log.open("wb") as out:
             proc = subprocess.Popen(
                 [sys.executable, *launcher, "worker", *FLAVOURS[backend], *args],
                 cwd=ROOT,
                 env={
                     **self.env,
+                    "PGQUEUE_DSN": make_conninfo(self.dsn, application_name=application_name),
                     "REL_BACKEND": backend,
                     "REL_ASYNC_LOOP": "trio" if backend == "trio" else "asyncio",
                     **env,
@@ -256,7 +264,7 @@ class Fleet:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        worker = Worker(proc, backend, log)
+        worker = Worker(proc, backend, log, application_name)
         self.workers.append(worker)
         return worker
 
@@ -304,6 +312,15 @@ class Fleet:
     def drained(self) -> bool:
         """No job left in the table: every one succeeded."""
         return self.count() == 0
+
+    def statements_running(self, worker: Worker) -> int:
+        """How many statements of ``worker``'s connections the server is running now."""
+        rows = self.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE application_name = %s AND state = 'active'",
+            worker.application_name,
+        )
+        return int(rows[0][0])
 
     def listeners(self) -> int:
         """How many connections LISTEN on the queue's channel (workers' listeners)."""

@@ -415,13 +415,15 @@ class AsyncWorker:
             log.info("job %d (%s): its last worker vanished holding it; held until the %d jobs "
                      "this worker has are done", job.id, job.kind,
                      len(self._unstarted) + len(self._running))  # fmt: skip
-            # Released at shutdown with the unstarted jobs if the wait is cut short.
-            self._held = job
-            await self._until_nothing_runs()
-            # Their outcomes too: a crash now must not take them down.
-            with anyio.CancelScope(shield=True):
-                await self._flush()
-            self._held = None
+        # Held (its lease renewed; given back at shutdown if the wait is cut
+        # short) until nothing else runs and every outcome is recorded, even
+        # those of jobs that finished while it was being claimed: if it takes
+        # the process down, it must take nothing else with it.
+        self._held = job
+        await self._until_nothing_runs()
+        with anyio.CancelScope(shield=True):
+            await self._flush()
+        self._held = None
         log.warning("job %d (%s): its last worker vanished holding it; running it alone",
                     job.id, job.kind)  # fmt: skip
         self._hand_out(jobs)

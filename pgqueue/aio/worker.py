@@ -220,7 +220,7 @@ class AsyncWorker:
         self._outcomes: list[Outcome] = []
         self._listener_stop = threading.Event()
         self._limiter = anyio.CapacityLimiter(self.settings.concurrency)
-        # An orphaned job claimed while others were running, held until they finish.
+        # An orphaned job claimed, held until nothing else runs (`_run_an_orphan_alone`).
         self._held: Job | None = None
         self._next_orphan_look = 0.0
         self._in_flight: dict[object, tuple[str, float]] = {}

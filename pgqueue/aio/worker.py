@@ -127,6 +127,15 @@ class Chunk:
         return ran, begun, never_begun
 
 
+@dataclass(eq=False, slots=True)
+class _Call:
+    """A database call in flight, for `AsyncWorker._watch_stalls`."""
+
+    what: str
+    since: float
+    stalled: bool = False  # logged as waiting: its end is logged too
+
+
 @dataclass(frozen=True, slots=True)
 class Outcome:
     job: Job
@@ -223,8 +232,7 @@ class AsyncWorker:
         # An orphaned job claimed, held until nothing else runs (`_run_an_orphan_alone`).
         self._held: Job | None = None
         self._next_orphan_look = 0.0
-        self._in_flight: dict[object, tuple[str, float]] = {}
-        self._stalled: set[object] = set()
+        self._in_flight: set[_Call] = set()
 
     @property
     def name(self) -> str:
@@ -777,18 +785,17 @@ class AsyncWorker:
     @contextmanager
     def _watched(self, what: str) -> Iterator[None]:
         """Time a database call for `_watch_stalls`; after a stall, log its end."""
-        token = object()
-        self._in_flight[token] = (what, anyio.current_time())
+        call = _Call(what, anyio.current_time())
+        self._in_flight.add(call)
         ended = "failed"
         try:
             yield
             ended = "returned"
         finally:
-            _, since = self._in_flight.pop(token)
-            if token in self._stalled:
-                self._stalled.discard(token)
+            self._in_flight.discard(call)
+            if call.stalled:
                 log.warning("worker %s: %s %s after %.1fs", self.name, what, ended,
-                            anyio.current_time() - since)  # fmt: skip
+                            anyio.current_time() - call.since)  # fmt: skip
 
     async def _watch_stalls(self) -> None:
         """Log each database call that has waited `STALL_WARNING` seconds, once.
@@ -800,14 +807,14 @@ class AsyncWorker:
         while True:
             await anyio.sleep(STALL_WARNING / 5)
             now = anyio.current_time()
-            for token, (what, since) in list(self._in_flight.items()):
-                if token not in self._stalled and now - since >= STALL_WARNING:
-                    self._stalled.add(token)
+            for call in list(self._in_flight):
+                if not call.stalled and now - call.since >= STALL_WARNING:
+                    call.stalled = True
                     log.warning(
                         "worker %s: %s waiting on the database for %.0fs so far: a lock held "
                         "on %s, no free connection in the pool, or a slow server "
                         "(pg_stat_activity and pg_locks show which)",
-                        self.name, what, now - since, self.queue.table,
+                        self.name, call.what, now - call.since, self.queue.table,
                     )  # fmt: skip
 
     # -- around the cycle -------------------------------------------------------------

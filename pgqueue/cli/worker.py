@@ -46,7 +46,7 @@ def run_worker(args: argparse.Namespace) -> int:
     except (TypeError, ValueError) as exc:
         raise UsageError(f"cannot apply the options to {args.target}: {exc}") from exc
 
-    stats_queue = serve_metrics(worker, args.metrics_port) if args.metrics_port else None
+    opened = serve_metrics(worker, args.metrics_port) if args.metrics_port else None
     try:
         with stop_on_signals(worker.stop):
             if isinstance(worker, Worker):
@@ -61,18 +61,19 @@ def run_worker(args: argparse.Namespace) -> int:
         log.exception("the worker failed")
         return 1
     finally:
-        if stats_queue is not None and stats_queue is not worker.queue:
-            stats_queue.close()
+        if opened is not None:
+            opened.close()
     return 0
 
 
-def serve_metrics(worker: Worker | AsyncWorker, port: int) -> Queue:
+def serve_metrics(worker: Worker | AsyncWorker, port: int) -> Queue | None:
     """Serve the worker's events and its queue's stats to Prometheus on ``port``.
 
     Both go to ``prometheus_client``'s global registry, so that metrics the
     application registers there are served too. The stats are read at each
     scrape with a sync `Queue`: the worker's own, or one connection of the
-    same server for an `AsyncWorker`. Returns that queue.
+    same server for an `AsyncWorker`, which is returned for the caller to
+    close (None when the worker's own serves).
     """
     try:
         from prometheus_client import start_http_server
@@ -82,6 +83,7 @@ def serve_metrics(worker: Worker | AsyncWorker, port: int) -> Queue:
         raise UsageError(
             "--metrics-port needs prometheus_client: pip install 'pgqueue[prometheus]'"
         ) from None
+    opened: Queue | None = None
     if isinstance(worker.queue, Queue):
         queue = worker.queue
     else:
@@ -91,7 +93,7 @@ def serve_metrics(worker: Worker | AsyncWorker, port: int) -> Queue:
                 "--metrics-port: the worker's pool has no fixed connection string to read "
                 "the queue's stats with; give its AsyncQueue a DSN or a pool with one"
             )
-        queue = Queue(conninfo, max_connections=1, **worker.queue.core.options())
+        queue = opened = Queue(conninfo, max_connections=1, **worker.queue.core.options())
     try:
         worker.add_event_listener(PrometheusMetrics())
         QueueStatsCollector(queue, visibility_timeout=worker.settings.visibility_timeout)
@@ -105,7 +107,7 @@ def serve_metrics(worker: Worker | AsyncWorker, port: int) -> Queue:
     except OSError as exc:
         raise OperationFailed(f"cannot serve metrics on port {port}: {exc}") from exc
     log.info("serving Prometheus metrics on port %d (/metrics)", port)
-    return queue
+    return opened
 
 
 def load_target(spec: str) -> Worker | AsyncWorker:

@@ -2,51 +2,45 @@
 
 With no DSN it starts an embedded PostgreSQL (the ``embedded`` extra) with
 default settings; ``--dsn`` or ``PGQUEUE_DSN`` points it at another server.
-Each backend gets a fresh table; every figure is the median of ``--repeat``
-runs, and pgqueue's drain rate is reported as a ratio to the seed design
-measured on the same server in the same run.
+Each contender gets a fresh table; every figure is the median of
+``--repeat`` runs, taken in turns so that a noisy moment hurts all alike.
+
+Two bare loops, not products, frame pgqueue's workers on the same server in
+the same run: the seed design, and the ``ceiling`` (the worker's own claim
+statement and one batched DELETE per batch, on four connections: the
+database's limit for this schema). Every drain rate is shown as a ratio to
+both. A backend whose package is not installed (trio) is skipped, with a
+note.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import importlib.util
 import json
 import os
 import statistics
 import sys
-import threading
-import time
-import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
-import anyio
-import psycopg
-
-from .aio.queue import AsyncQueue
-from .aio.worker import AsyncWorker
-from .core.jobs import Job
-from .core.ops import QueueCore
-from .core.sql import SeedStatements
+from .bench_contenders import (
+    CEILING_CONNECTIONS,
+    SEED_BATCH,
+    SEED_WORKERS,
+    Run,
+    run_async,
+    run_ceiling,
+    run_seed,
+    run_sync,
+)
 from .core.worker import WorkerSettings
 from .embedded import dsn_or_embedded
-from .sync.driver import run_on
-from .sync.queue import Queue
-from .sync.worker import Worker
 
 BACKENDS = ("sync", "asyncio", "trio")
-SEED_WORKERS = 4
-SEED_BATCH = 20
-
-
-@dataclass
-class Run:
-    """One enqueue-and-drain of ``jobs`` jobs."""
-
-    enqueue_s: float
-    drain_s: float
+# The package a backend needs beyond pgqueue's own dependencies.
+BACKEND_PACKAGES = {"trio": "trio"}
 
 
 @dataclass
@@ -68,143 +62,20 @@ class Result:
         return self.jobs / self.drain_s
 
 
-class Progress:
-    """A one-line progress count on stderr while a drain runs (only on a terminal)."""
-
-    def __init__(self, label: str, total: int) -> None:
-        self.label, self.total, self.done = label, total, 0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def tick(self, _job: Any = None) -> None:
-        self.done += 1  # a lost increment under threads only blurs the display
-
-    def _show(self) -> None:
-        while not self._stop.wait(0.2):
-            width = 30
-            filled = int(width * min(self.done, self.total) / self.total)
-            bar = "#" * filled + "." * (width - filled)
-            sys.stderr.write(f"\r  {self.label:<10} [{bar}] {self.done:>8,}/{self.total:,}")
-            sys.stderr.flush()
-
-    def __enter__(self) -> Progress:
-        if sys.stderr.isatty():
-            self._thread = threading.Thread(target=self._show, daemon=True)
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            sys.stderr.write("\r" + " " * 70 + "\r")
-
-
-def _table() -> str:
-    return f"bench_{uuid.uuid4().hex[:10]}"
-
-
-def _drop(dsn: str, table: str) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        run_on(conn, QueueCore(table).uninstall())
-
-
-def _specs(n: int) -> list[tuple[str, Any]]:
-    return [("noop", {"n": i}) for i in range(n)]
-
-
-# -- pgqueue ---------------------------------------------------------------------
-
-
-def run_sync(dsn: str, n: int, concurrency: int, batch_size: int, *, history: bool) -> Run:
-    table = _table()
+def _installed(module: str) -> bool:
     try:
-        with Queue(dsn, table=table, history=history) as q:
-            q.install()
-            start = time.perf_counter()
-            q.enqueue_many(_specs(n))
-            enqueued = time.perf_counter() - start
-            with Progress("sync", n) as progress:
-                worker = Worker(q, {"noop": progress.tick}, concurrency=concurrency,
-                                batch_size=batch_size, handle_signals=False)  # fmt: skip
-                start = time.perf_counter()
-                worker.run(until_empty=True)
-                drained = time.perf_counter() - start
-        return Run(enqueued, drained)
-    finally:
-        _drop(dsn, table)
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # ValueError: a module whose __spec__ is None
+        return False
 
 
-def run_async(
-    dsn: str, n: int, concurrency: int, batch_size: int, backend: str, *, history: bool
-) -> Run:
-    table = _table()
-
-    async def main() -> Run:
-        async with AsyncQueue(dsn, table=table, history=history) as q:
-            await q.install()
-            start = time.perf_counter()
-            await q.enqueue_many(_specs(n))
-            enqueued = time.perf_counter() - start
-            with Progress(backend, n) as progress:
-
-                async def noop(job: Job) -> None:
-                    progress.tick()
-
-                worker = AsyncWorker(q, {"noop": noop}, concurrency=concurrency,
-                                     batch_size=batch_size, handle_signals=False)  # fmt: skip
-                start = time.perf_counter()
-                await worker.run(until_empty=True)
-                return Run(enqueued, time.perf_counter() - start)
-
-    try:
-        return anyio.run(main, backend=backend)
-    finally:
-        _drop(dsn, table)
-
-
-# -- the seed design, as its article wrote it -------------------------------------------
-
-
-def run_seed(dsn: str, n: int) -> Run:
-    """Four asyncio workers, batches of 20, one delete statement per job; enqueue by executemany."""
-    table = _table()
-    sql = SeedStatements(table)
-
-    async def main() -> Run:
-        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-            for statement in sql.create:
-                await conn.execute(statement)
-            start = time.perf_counter()
-            async with conn.cursor() as cur, conn.transaction():
-                await cur.executemany(
-                    sql.insert, [("noop", json.dumps({"n": i})) for i in range(n)]
-                )
-            enqueued = time.perf_counter() - start
-
-        with Progress("seed", n) as progress:
-
-            async def worker(name: str) -> None:
-                async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-                    while True:
-                        cur = await conn.execute(sql.claim, (name, SEED_BATCH))
-                        rows = await cur.fetchall()
-                        if not rows:
-                            return
-                        for row in rows:
-                            progress.tick()  # the trivial handler
-                            await conn.execute(sql.delete, (row[0],))
-
-            start = time.perf_counter()
-            async with anyio.create_task_group() as tg:
-                for i in range(SEED_WORKERS):
-                    tg.start_soon(worker, f"seed-{i}")
-            return Run(enqueued, time.perf_counter() - start)
-
-    try:
-        return anyio.run(main, backend="asyncio")
-    finally:
-        _drop(dsn, table)
+def missing_backends(backends: list[str]) -> dict[str, str]:
+    """Why each of ``backends`` cannot run here (its package is not installed), by name."""
+    return {
+        backend: f"the {package} package is not installed (pip install {package})"
+        for backend in backends
+        if (package := BACKEND_PACKAGES.get(backend)) and not _installed(package)
+    }
 
 
 # -- the command -----------------------------------------------------------------------
@@ -217,7 +88,7 @@ def describe_server(dsn: str | None) -> str:
 
 
 def measure(args: argparse.Namespace, dsn: str) -> dict[str, Result]:
-    results: dict[str, Result] = {}
+    """Run every contender ``args.repeat`` times, in turns; their results, in table order."""
     plan: list[tuple[str, Callable[[], Run]]] = [
         ("seed", lambda: run_seed(dsn, args.jobs)),
     ]
@@ -228,8 +99,8 @@ def measure(args: argparse.Namespace, dsn: str) -> dict[str, Result]:
         else:
             drain = functools.partial(run_async, *sizes, backend, history=args.history)
             plan.append((backend, drain))
-    for name, _ in plan:
-        results[name] = Result(name, args.jobs)
+    plan.append(("ceiling", lambda: run_ceiling(dsn, args.jobs, args.batch_size)))
+    results = {name: Result(name, args.jobs) for name, _ in plan}
     # Interleave the repeats so that a noisy moment hurts every contender alike.
     for repeat in range(args.repeat):
         for name, run in plan:
@@ -240,23 +111,26 @@ def measure(args: argparse.Namespace, dsn: str) -> dict[str, Result]:
 
 
 def report(results: dict[str, Result], args: argparse.Namespace, where: str) -> str:
-    seed = results["seed"]
+    """The results as a table, with the settings that produced them."""
+    seed, ceiling = results["seed"], results["ceiling"]
     lines = [
         f"pgqueue bench: {args.jobs:,} trivial jobs, median of {args.repeat} run(s), on {where}",
         f"pgqueue workers: concurrency={args.concurrency}, batch_size={args.batch_size}"
-        f"{', history on' if args.history else ''}; "
+        f"{', history on' if args.history else ''}",
         f"seed design: {SEED_WORKERS} workers, batches of {SEED_BATCH}, one delete per job",
+        f"ceiling: {CEILING_CONNECTIONS} connections, the worker's claim of {args.batch_size}, "
+        "one delete per batch, no handler (the database's limit, not a product)",
         "",
-        f"{'backend':<10}{'enqueue s':>11}{'drain s':>10}{'jobs/s':>10}{'vs seed':>9}",
+        f"{'backend':<10}{'enqueue s':>11}{'drain s':>10}{'jobs/s':>10}{'vs seed':>9}"
+        f"{'vs ceiling':>12}",
     ]
     for name, r in results.items():
-        ratio = r.rate / seed.rate
         lines.append(
-            f"{name:<10}{r.enqueue_s:>11.3f}{r.drain_s:>10.3f}{r.rate:>10,.0f}{ratio:>8.1f}x"
+            f"{name:<10}{r.enqueue_s:>11.3f}{r.drain_s:>10.3f}{r.rate:>10,.0f}"
+            f"{r.rate / seed.rate:>8.1f}x{r.rate / ceiling.rate:>11.2f}x"
         )
-    pg_enqueue = min(
-        (r.enqueue_s for n, r in results.items() if n != "seed"), default=seed.enqueue_s
-    )
+    # Every contender but the seed enqueues with enqueue_many.
+    pg_enqueue = min(r.enqueue_s for n, r in results.items() if n != "seed")
     lines += [
         "",
         f"enqueue_many is {seed.enqueue_s / pg_enqueue:.1f}x as fast as one-row INSERTs "
@@ -283,13 +157,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--batch-size",
         type=int,
         default=WorkerSettings.batch_size,
-        help=f"pgqueue claim batch (default {WorkerSettings.batch_size}, the workers' default)",
+        help=f"claim batch of the workers and the ceiling (default {WorkerSettings.batch_size})",
     )
     p.add_argument(
         "--backend",
         action="append",
         choices=BACKENDS,
-        help="a backend to run (repeatable; default: all three)",
+        help="a backend to run (repeatable; default: all three, trio if installed)",
     )
     p.add_argument("--repeat", type=int, default=3, help="runs per contender; the median counts")
     p.add_argument(
@@ -311,12 +185,17 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Run the benchmark for parsed ``pgqueue bench`` arguments."""
-    args.backend = args.backend or list(BACKENDS)
+    requested = args.backend or list(BACKENDS)
+    # Before any run: a missing package would otherwise fail the bench midway.
+    skipped = missing_backends(requested)
+    for backend, why in skipped.items():
+        print(f"{backend}: skipped, {why}", file=sys.stderr)
+    args.backend = [b for b in requested if b not in skipped]
     where = describe_server(args.dsn)
     with dsn_or_embedded(args.dsn) as dsn:
         results = measure(args, dsn)
     if args.json:
-        seed = results["seed"]
+        seed, ceiling = results["seed"], results["ceiling"]
         print(
             json.dumps(
                 {
@@ -325,12 +204,14 @@ def run(args: argparse.Namespace) -> int:
                     "concurrency": args.concurrency,
                     "batch_size": args.batch_size,
                     "server": where,
+                    "skipped": skipped,
                     "results": {
                         name: {
                             "enqueue_s": r.enqueue_s,
                             "drain_s": r.drain_s,
                             "jobs_per_s": r.rate,
                             "ratio_to_seed": r.rate / seed.rate,
+                            "ratio_to_ceiling": r.rate / ceiling.rate,
                             "runs": [asdict(run) for run in r.runs],
                         }
                         for name, r in results.items()

@@ -9,9 +9,11 @@ import sys
 import psycopg
 
 
-def bench(*args: str) -> subprocess.CompletedProcess[str]:
+def bench(*args: str, python_prelude: str = "") -> subprocess.CompletedProcess[str]:
+    """Run ``pgqueue bench``; ``python_prelude`` runs first in the same interpreter."""
+    command = f"{python_prelude}\nimport sys\nfrom pgqueue.cli import main\nsys.exit(main())"
     return subprocess.run(
-        [sys.executable, "-m", "pgqueue", "bench", *args],
+        [sys.executable, "-c", command, "bench", *args],
         capture_output=True,
         text=True,
         timeout=300,
@@ -23,23 +25,45 @@ def test_bench_reports_every_backend_beside_the_seed_design_and_cleans_up(dsn: s
     done = bench("--dsn", dsn, "--jobs", "300", "--repeat", "2", "--json")
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
-    assert set(report["results"]) == {"seed", "sync", "asyncio", "trio"}
+    assert set(report["results"]) == {"seed", "sync", "asyncio", "trio", "ceiling"}
+    assert report["skipped"] == {}
     for result in report["results"].values():
         assert len(result["runs"]) == 2
         assert result["jobs_per_s"] > 0 and result["drain_s"] > 0
+        assert result["ratio_to_ceiling"] > 0
     assert report["results"]["seed"]["ratio_to_seed"] == 1.0
+    assert report["results"]["ceiling"]["ratio_to_ceiling"] == 1.0
     with psycopg.connect(dsn) as conn:
         left = conn.execute("SELECT count(*) FROM pg_tables WHERE tablename LIKE 'bench_%'")
         assert left.fetchone() == (0,)
 
 
-def test_bench_prints_a_table_with_the_ratio_for_one_backend(dsn: str) -> None:
+def test_bench_prints_a_table_with_both_ratios_for_one_backend_and_the_ceiling(dsn: str) -> None:
     done = bench("--dsn", dsn, "--jobs", "200", "--repeat", "1", "--backend", "asyncio")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert any(line.startswith("seed") and line.endswith("1.0x") for line in lines)
-    assert any(line.startswith("asyncio") and line.endswith("x") for line in lines)
+    header = next(i for i, line in enumerate(lines) if line.startswith("backend"))
+    assert lines[header].split()[-4:] == ["vs", "seed", "vs", "ceiling"]
+    table = lines[header + 1 : lines.index("", header)]
+    rows = {cells[0]: cells for cells in map(str.split, table)}
+    assert list(rows) == ["seed", "asyncio", "ceiling"]
+    for cells in rows.values():
+        assert cells[-2].endswith("x") and cells[-1].endswith("x")
+    assert rows["seed"][-2] == "1.0x" and rows["ceiling"][-1] == "1.00x"
     assert "executemany" in done.stdout
+
+
+def test_a_backend_whose_package_is_missing_is_skipped_with_a_one_line_note(dsn: str) -> None:
+    # None in sys.modules: `import trio` raises ImportError, as on a venv without it.
+    no_trio = "import sys\nsys.modules['trio'] = None"
+    done = bench("--dsn", dsn, "--jobs", "200", "--repeat", "1", "--json", python_prelude=no_trio)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    notes = [line for line in done.stderr.splitlines() if "trio" in line]
+    assert notes == ["trio: skipped, the trio package is not installed (pip install trio)"]
+    report = json.loads(done.stdout)
+    assert set(report["results"]) == {"seed", "sync", "asyncio", "ceiling"}
+    assert report["skipped"] == {"trio": "the trio package is not installed (pip install trio)"}
 
 
 def test_bench_refuses_bad_sizes_with_a_usage_message() -> None:

@@ -1,0 +1,240 @@
+"""The contenders of ``pgqueue bench``: each enqueues and drains N trivial jobs once.
+
+pgqueue's workers (`run_sync`, `run_async`) are measured between two bare
+loops that are not products: the seed design as its article wrote it
+(`run_seed`, the floor), and the database's limit for pgqueue's schema
+(`run_ceiling`). Every run gets a fresh table and drops it afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import psycopg
+from psycopg import sql
+
+from .aio.queue import AsyncQueue
+from .aio.worker import AsyncWorker
+from .core.jobs import Job
+from .core.ops import QueueCore
+from .core.sql import SeedStatements
+from .sync.driver import run_on
+from .sync.queue import Queue
+from .sync.worker import Worker
+
+SEED_WORKERS = 4
+SEED_BATCH = 20
+CEILING_CONNECTIONS = 4
+
+
+@dataclass
+class Run:
+    """One enqueue-and-drain of ``jobs`` jobs."""
+
+    enqueue_s: float
+    drain_s: float
+
+
+class Progress:
+    """A one-line progress count on stderr while a drain runs (only on a terminal)."""
+
+    def __init__(self, label: str, total: int) -> None:
+        self.label, self.total, self.done = label, total, 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def tick(self, _job: Any = None) -> None:
+        self.done += 1  # a lost increment under threads only blurs the display
+
+    def advance(self, jobs: int) -> None:
+        self.done += jobs
+
+    def _show(self) -> None:
+        while not self._stop.wait(0.2):
+            width = 30
+            filled = int(width * min(self.done, self.total) / self.total)
+            bar = "#" * filled + "." * (width - filled)
+            sys.stderr.write(f"\r  {self.label:<10} [{bar}] {self.done:>8,}/{self.total:,}")
+            sys.stderr.flush()
+
+    def __enter__(self) -> Progress:
+        if sys.stderr.isatty():
+            self._thread = threading.Thread(target=self._show, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            sys.stderr.write("\r" + " " * 70 + "\r")
+
+
+def _table() -> str:
+    return f"bench_{uuid.uuid4().hex[:10]}"
+
+
+def _drop(dsn: str, table: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        run_on(conn, QueueCore(table).uninstall())
+
+
+def _specs(n: int) -> list[tuple[str, Any]]:
+    return [("noop", {"n": i}) for i in range(n)]
+
+
+# -- pgqueue ---------------------------------------------------------------------
+
+
+def run_sync(dsn: str, n: int, concurrency: int, batch_size: int, *, history: bool) -> Run:
+    table = _table()
+    try:
+        with Queue(dsn, table=table, history=history) as q:
+            q.install()
+            start = time.perf_counter()
+            q.enqueue_many(_specs(n))
+            enqueued = time.perf_counter() - start
+            with Progress("sync", n) as progress:
+                worker = Worker(q, {"noop": progress.tick}, concurrency=concurrency,
+                                batch_size=batch_size, handle_signals=False)  # fmt: skip
+                start = time.perf_counter()
+                worker.run(until_empty=True)
+                drained = time.perf_counter() - start
+        return Run(enqueued, drained)
+    finally:
+        _drop(dsn, table)
+
+
+def run_async(
+    dsn: str, n: int, concurrency: int, batch_size: int, backend: str, *, history: bool
+) -> Run:
+    table = _table()
+
+    async def main() -> Run:
+        async with AsyncQueue(dsn, table=table, history=history) as q:
+            await q.install()
+            start = time.perf_counter()
+            await q.enqueue_many(_specs(n))
+            enqueued = time.perf_counter() - start
+            with Progress(backend, n) as progress:
+
+                async def noop(job: Job) -> None:
+                    progress.tick()
+
+                worker = AsyncWorker(q, {"noop": noop}, concurrency=concurrency,
+                                     batch_size=batch_size, handle_signals=False)  # fmt: skip
+                start = time.perf_counter()
+                await worker.run(until_empty=True)
+                return Run(enqueued, time.perf_counter() - start)
+
+    try:
+        return anyio.run(main, backend=backend)
+    finally:
+        _drop(dsn, table)
+
+
+# -- the seed design, as its article wrote it -------------------------------------------
+
+
+def run_seed(dsn: str, n: int) -> Run:
+    """Four asyncio workers, batches of 20, one delete statement per job; enqueue by executemany."""
+    table = _table()
+    seed = SeedStatements(table)
+
+    async def main() -> Run:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            for statement in seed.create:
+                await conn.execute(statement)
+            start = time.perf_counter()
+            async with conn.cursor() as cur, conn.transaction():
+                await cur.executemany(
+                    seed.insert, [("noop", json.dumps({"n": i})) for i in range(n)]
+                )
+            enqueued = time.perf_counter() - start
+
+        with Progress("seed", n) as progress:
+
+            async def worker(name: str) -> None:
+                async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+                    while True:
+                        cur = await conn.execute(seed.claim, (name, SEED_BATCH))
+                        rows = await cur.fetchall()
+                        if not rows:
+                            return
+                        for row in rows:
+                            progress.tick()  # the trivial handler
+                            await conn.execute(seed.delete, (row[0],))
+
+            start = time.perf_counter()
+            async with anyio.create_task_group() as tg:
+                for i in range(SEED_WORKERS):
+                    tg.start_soon(worker, f"seed-{i}")
+            return Run(enqueued, time.perf_counter() - start)
+
+    try:
+        return anyio.run(main, backend="asyncio")
+    finally:
+        _drop(dsn, table)
+
+
+# -- the ceiling: the database's limit for this schema -----------------------------------
+
+
+def run_ceiling(dsn: str, n: int, batch_size: int) -> Run:
+    """The queue's claim and one batched DELETE per batch, with nothing else.
+
+    Four threads, each with its own autocommit connection, loop until a
+    claim returns nothing: claim ``batch_size`` jobs with the queue's claim
+    statement (`Statements.claim`, the UPDATE ... FOR UPDATE SKIP LOCKED that
+    a worker's turn embeds), then delete them all in one statement. No
+    handler runs and no outcome is fenced: it is how fast a worker would
+    drain if pgqueue itself cost nothing. Threads with sync connections
+    measured a little faster than asyncio with `psycopg.AsyncConnection`; a
+    ceiling is more honest the faster it is. Enqueue is `enqueue_many`.
+    """
+    table = _table()
+    claim = QueueCore(table).sql.claim
+    delete = (
+        sql.SQL("DELETE FROM {} WHERE id = ANY(%s)")
+        .format(sql.Identifier(*table.split(".")))
+        .as_bytes(None)
+    )
+
+    def drain(conn: psycopg.Connection[Any], name: str, progress: Progress) -> None:
+        params = {"worker": name, "limit": batch_size}
+        while rows := conn.execute(claim, params).fetchall():
+            conn.execute(delete, ([row[0] for row in rows],))
+            progress.advance(len(rows))
+
+    try:
+        with Queue(dsn, table=table) as q:
+            q.install()
+            start = time.perf_counter()
+            q.enqueue_many(_specs(n))
+            enqueued = time.perf_counter() - start
+        with ExitStack() as stack:
+            # Connected before the clock starts, as a worker's pool is.
+            conns = [
+                stack.enter_context(psycopg.connect(dsn, autocommit=True))
+                for _ in range(CEILING_CONNECTIONS)
+            ]
+            progress = stack.enter_context(Progress("ceiling", n))
+            pool = stack.enter_context(ThreadPoolExecutor(CEILING_CONNECTIONS))
+            start = time.perf_counter()
+            drains = [
+                pool.submit(drain, conn, f"ceiling-{i}", progress) for i, conn in enumerate(conns)
+            ]
+            for done in drains:
+                done.result()  # a failed loop fails the run
+            return Run(enqueued, time.perf_counter() - start)
+    finally:
+        _drop(dsn, table)

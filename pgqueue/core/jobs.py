@@ -35,6 +35,17 @@ MAX_IDENTIFIER_LENGTH = 63
 # Index names are "<table>_ready" and so on.
 MAX_TABLE_NAME_LENGTH = 48
 _NO_DELAY = timedelta(0)
+# The largest payload accepted, measured as the JSON text pgqueue sends
+# (all ASCII, so a character is a byte). jsonb refuses a string, array or
+# object whose stored form passes 2**28 - 1 bytes (just under 256 MiB), but
+# only after the whole text has crossed the wire (about 10 s for 256 MiB on
+# a local socket); a message over 1 GB drops the connection. A MiB under
+# jsonb's bound leaves room for the bytes jsonb adds around each value. The
+# bound is on the text, not the stored form, which can be larger (a number
+# is 1 or 2 characters of JSON, 8 or more bytes of jsonb): PostgreSQL may
+# still refuse a payload under it, and then too nothing is written. Read at
+# each call, so that a test can lower it.
+MAX_PAYLOAD_BYTES = 255 * 2**20
 # The longest delay a job may be given: a bound well inside what Python's
 # datetime (year 9999) reads back, far beyond any real schedule.
 MAX_DELAY = timedelta(days=365 * 1000)
@@ -222,6 +233,12 @@ def encode_payload(payload: Any) -> str:
         text = _JSON.encode(payload)
     except (TypeError, ValueError, RecursionError) as exc:
         raise TypeError(f"job payload is not JSON-serialisable: {exc}") from exc
+    if len(text) > MAX_PAYLOAD_BYTES:
+        raise ValueError(
+            f"job payload is too large: {len(text):,} bytes as JSON, at most "
+            f"{MAX_PAYLOAD_BYTES:,} (jsonb's limit); store big data elsewhere "
+            "and pass a reference to it"
+        )
     # A NUL is the escape \u0000 after an even run of backslashes; after an
     # odd one the backslash is escaped and "u0000" is just text.
     if "\\u0000" in text and _NUL_ESCAPE.search(text):

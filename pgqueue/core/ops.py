@@ -22,6 +22,7 @@ from .jobs import (
     JobStatus,
     SpecLike,
     Stats,
+    ValidatedSpec,
     error_text,
     validate_age,
     validate_delay,
@@ -56,6 +57,11 @@ T = TypeVar("T")
 
 # Batches of at least this many jobs are written with COPY rather than INSERT.
 COPY_THRESHOLD = 200
+# ... and so are smaller ones whose payloads (JSON text) weigh more than this:
+# INSERT sends them as one array parameter, and neither a parameter nor a
+# message may pass 1 GB (the server refuses the statement, or drops the
+# connection); COPY sends and parses one row at a time.
+COPY_PAYLOAD_BYTES = 2**28
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +170,7 @@ class QueueCore:
                 (job_id, s.kind, s.payload_json, s.run_at or db_now + s.delay, s.max_attempts)
                 for job_id, s in zip(ids, checked, strict=True)
             ]
-            if len(records) >= COPY_THRESHOLD:
+            if len(records) >= COPY_THRESHOLD or _too_heavy_for_arrays(checked):
                 yield Copy(self.sql.copy_in, copy_text(records))
             else:
                 yield Query(
@@ -467,6 +473,11 @@ class QueueCore:
             return int(purged)
 
         return Operation(plan())
+
+
+def _too_heavy_for_arrays(specs: Sequence[ValidatedSpec]) -> bool:
+    """Whether a small batch's payloads are too big to travel as one array."""
+    return sum(len(s.payload_json) for s in specs) > COPY_PAYLOAD_BYTES
 
 
 # COPY's text format: these four characters are written as escapes.

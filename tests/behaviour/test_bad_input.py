@@ -10,6 +10,8 @@ import pytest
 
 import pgqueue
 from pgqueue import JobSpec
+from pgqueue.core.ops import QueueCore
+from pgqueue.core.plans import Copy, Query
 
 from ..backends import open_queue
 from ..conftest import Raw
@@ -79,6 +81,76 @@ async def test_one_bad_spec_in_a_batch_writes_nothing(queue: Any, raw: Raw, size
     with pytest.raises(TypeError, match="JobSpec"):
         await queue.enqueue_many(specs)
     assert raw.count() == 0
+
+
+# -- payloads too large for jsonb -------------------------------------------------
+
+
+@pytest.fixture
+def small_payload_limit(monkeypatch: pytest.MonkeyPatch) -> int:
+    """The payload limit lowered to 1,000 bytes of JSON, so that a test need not
+    build 255 MiB strings to cross it."""
+    monkeypatch.setattr(pgqueue.core.jobs, "MAX_PAYLOAD_BYTES", 1000)
+    return 1000
+
+
+async def test_a_payload_over_the_size_limit_is_refused_and_writes_nothing(
+    queue: Any, raw: Raw, small_payload_limit: int
+) -> None:
+    at_limit = "x" * (small_payload_limit - 2)  # with its quotes: exactly the limit
+    over = {"blob": "x" * small_payload_limit}
+    with pytest.raises(ValueError, match="payload is too large"):
+        await queue.enqueue("k", over)
+    with pytest.raises(ValueError, match="payload is too large"):
+        await queue.enqueue("k", ["é" * (small_payload_limit // 6 + 1)])  # \u00e9: 6 bytes
+    assert raw.count() == 0
+    job = await queue.get(await queue.enqueue("k", at_limit))
+    assert job.payload == at_limit
+
+
+@pytest.mark.parametrize("size", [3, 500], ids=["insert", "copy"])
+async def test_one_payload_over_the_size_limit_in_a_batch_writes_nothing(
+    queue: Any, raw: Raw, small_payload_limit: int, size: int
+) -> None:
+    specs: list[Any] = [("ok", i) for i in range(size)]
+    specs.insert(size // 2, JobSpec("big", "x" * small_payload_limit))
+    with pytest.raises(ValueError, match="payload is too large"):
+        await queue.enqueue_many(specs)
+    specs[size // 2] = ("big", "x" * small_payload_limit)  # the fast path for repeated kinds
+    specs.insert(0, ("big", 1))
+    with pytest.raises(ValueError, match="payload is too large"):
+        await queue.enqueue_many(specs)
+    assert raw.count() == 0
+
+
+def test_a_payload_just_over_jsonbs_limit_is_refused_before_any_statement() -> None:
+    # The real limit, once and on no backend: the refusal comes when the
+    # operation is built, before any connection is taken. PostgreSQL would
+    # take seconds to receive this and then refuse it.
+    limit = pgqueue.core.jobs.MAX_PAYLOAD_BYTES
+    assert limit == 255 * 2**20
+    huge = "x" * (limit - 1)  # its JSON text, with quotes: one byte over
+    core = QueueCore("jobs")
+    with pytest.raises(ValueError, match="payload is too large"):
+        core.enqueue("k", huge)
+    with pytest.raises(ValueError, match="payload is too large"):
+        core.enqueue_many([("k", 1), JobSpec("k", huge)])
+
+
+async def test_a_small_batch_of_heavy_payloads_is_written_with_copy(
+    queue: Any, raw: Raw, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Payloads that together pass what one array parameter may carry go
+    # through COPY, row by row, however few they are.
+    monkeypatch.setattr(pgqueue.core.ops, "COPY_PAYLOAD_BYTES", 100)
+    payloads = [{"text": "a\tb\\c\nd" + "x" * 40, "n": n} for n in range(3)]
+    light = queue.core.enqueue_many([("k", 1)] * 3).plan
+    heavy = queue.core.enqueue_many([("k", p) for p in payloads]).plan
+    for plan, step in [(light, Query), (heavy, Copy)]:
+        next(plan)  # the ids
+        assert isinstance(plan.send([(NOW, [1, 2, 3])]), step)
+    ids = await queue.enqueue_many([("k", p) for p in payloads])
+    assert [(await queue.get(i)).payload for i in ids] == payloads
 
 
 @pytest.mark.parametrize(

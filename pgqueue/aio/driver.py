@@ -13,6 +13,7 @@ is "perform a step, await the result".
 from __future__ import annotations
 
 import asyncio
+import inspect
 from contextlib import AsyncExitStack
 from typing import Any, Protocol, TypeVar
 
@@ -150,6 +151,26 @@ class Driver:
     def conninfo(self) -> str:
         target = self._target
         return target if isinstance(target, str) else sync_driver.pool_conninfo(target)
+
+    async def connection_settings(self) -> tuple[str, dict[str, Any]]:
+        """The conninfo and keyword arguments the queue's pool connects with
+        (for a connection beside it: a worker's LISTEN)."""
+        target = self._target
+        if isinstance(target, str):
+            return target, {"autocommit": True}
+        if isinstance(target, AsyncConnectionPool):
+            conninfo: Any = target.conninfo
+            kwargs: Any = target.kwargs
+            if callable(conninfo):
+                conninfo = conninfo()
+                if inspect.isawaitable(conninfo):
+                    conninfo = await conninfo
+            if callable(kwargs):
+                kwargs = kwargs()
+                if inspect.isawaitable(kwargs):
+                    kwargs = await kwargs
+            return str(conninfo), dict(kwargs or {})
+        return sync_driver.resolve_settings(target)
 
     def _choose(self) -> Impl:
         target = self._target

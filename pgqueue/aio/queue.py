@@ -57,6 +57,11 @@ class AsyncQueue:
         """The connection string the queue's pool connects with."""
         return self._driver.conninfo
 
+    async def connection_settings(self) -> tuple[str, dict[str, Any]]:
+        """The conninfo and connection keyword arguments of the queue's pool:
+        what a worker's LISTEN connection is made with."""
+        return await self._driver.connection_settings()
+
     async def open(self) -> None:
         """Open the queue's own pool now rather than at first use."""
         await self._driver.open()

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TypedDict, TypeVar
 
+from .backoff import Backoff
 from .events import EventListener
 from .jobs import (
     DEFAULT_VISIBILITY_TIMEOUT,
@@ -20,12 +21,70 @@ from .jobs import (
     validate_limit,
     validate_timeout,
 )
+from .ops import Failure
+from .states import Event
 
-__all__ = ["Handlers", "WorkerOptions", "WorkerSettings", "describe_error", "unique_worker_name"]
+__all__ = [
+    "INTERRUPTED",
+    "RETRY_BACKOFF",
+    "Handlers",
+    "Outcome",
+    "WorkerOptions",
+    "WorkerSettings",
+    "describe_error",
+    "describe_jobs",
+    "unique_worker_name",
+]
 
 H = TypeVar("H", bound=Callable[..., Any])
 
 MAX_ERROR_LENGTH = 4000
+
+INTERRUPTED = "interrupted: the worker shut down before the job finished"
+
+# Every loop of a worker that retries after a database error waits this
+# long: 0.1 s doubling to 10 s, stretched by up to half (so that workers
+# cut off together do not come back together).
+RETRY_BACKOFF = Backoff(
+    base=timedelta(seconds=0.1), factor=2.0, cap=timedelta(seconds=10), jitter=0.5
+)
+
+# How long an outcome waits for a claim to carry it before the completer
+# writes it on its own.
+OUTCOME_LINGER = 0.02
+
+# A database call still waiting after this many seconds is logged as stalled
+# (a lock held on the queue table, no free connection in the pool, a slow
+# server), and again when it returns.
+STALL_WARNING = 5.0
+
+# The longest a worker waits on one database call before it gives up on it
+# (a silent connection, a server that stopped answering) and retries on
+# another connection; also the bound on the last flush at shutdown.
+CALL_DEADLINE = 60.0
+
+# The longest a stopping worker tries to write its last outcomes (after the
+# grace period); those it could not write come back through their lease.
+FLUSH_DEADLINE = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How one run of a job ended, ready to be written."""
+
+    failure: Failure | None  # None: success
+    cause: Event = Event.SUCCEED  # what the failure was decided for: FAIL, EXPIRE, RELEASE
+    duration: float | None = None  # the handler's run time, when listeners want it
+
+
+SUCCESS = Outcome(None)
+
+
+def describe_jobs(jobs: Iterable[Any], limit: int = 20) -> str:
+    """``"12 (send_receipt), 13 (send_receipt)"``: jobs for a log line, the first ``limit``."""
+    listed = list(jobs)
+    text = ", ".join(f"{j.id} ({j.kind})" for j in listed[:limit])
+    return f"{text} and {len(listed) - limit} more" if len(listed) > limit else text
 
 
 def unique_worker_name() -> str:
@@ -45,6 +104,12 @@ def _seconds(value: float | timedelta | None, name: str) -> float | None:
     return float(value)
 
 
+def _conninfo(value: str | None) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"listen_conninfo must be a str, not {type(value).__name__}")
+    return value
+
+
 class WorkerOptions(TypedDict, total=False):
     """The keyword options `AsyncWorker` takes, which `Worker` passes through."""
 
@@ -58,6 +123,7 @@ class WorkerOptions(TypedDict, total=False):
     name: str | None
     handle_signals: bool
     on_event: EventListener | Sequence[EventListener] | None
+    listen_conninfo: str | None
 
 
 @dataclass(frozen=True)
@@ -72,6 +138,7 @@ class WorkerSettings:
     visibility_timeout: timedelta = DEFAULT_VISIBILITY_TIMEOUT
     grace_period: float = 30.0
     name: str = field(default_factory=unique_worker_name)
+    listen_conninfo: str | None = None
 
     @classmethod
     def build(
@@ -85,6 +152,7 @@ class WorkerSettings:
         visibility_timeout: timedelta,
         grace_period: float | timedelta,
         name: str | None,
+        listen_conninfo: str | None = None,
     ) -> WorkerSettings:
         poll = _seconds(poll_interval, "poll_interval")
         grace = _seconds(grace_period, "grace_period")
@@ -98,6 +166,7 @@ class WorkerSettings:
             visibility_timeout=validate_timeout(visibility_timeout, "visibility_timeout"),
             grace_period=grace,
             name=validate_kind(name) if name is not None else unique_worker_name(),
+            listen_conninfo=_conninfo(listen_conninfo),
         )
 
     @property

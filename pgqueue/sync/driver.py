@@ -67,6 +67,19 @@ def pool_conninfo(pool: ConnectionPool | AsyncConnectionPool) -> str:
     raise TypeError("the pool's conninfo is a function; give the queue a DSN string instead")
 
 
+def resolve_settings(pool: ConnectionPool | AsyncConnectionPool) -> tuple[str, dict[str, Any]]:
+    """A pool's conninfo and connection keyword arguments, as it connects with
+    them (a plain function that returns them is called)."""
+    conninfo = pool.conninfo() if callable(pool.conninfo) else pool.conninfo
+    kwargs = pool.kwargs() if callable(pool.kwargs) else pool.kwargs
+    if not isinstance(conninfo, str) or not isinstance(kwargs, (dict, type(None))):
+        raise TypeError(
+            "the pool's conninfo or kwargs come from a coroutine function; give the worker "
+            "listen_conninfo= for its LISTEN connection"
+        )
+    return conninfo, dict(kwargs or {})
+
+
 class Driver:
     """Runs operations on the caller's connection or on one from the pool."""
 
@@ -79,6 +92,10 @@ class Driver:
     @property
     def conninfo(self) -> str:
         return pool_conninfo(self.pool)
+
+    def connection_settings(self) -> tuple[str, dict[str, Any]]:
+        """The conninfo and keyword arguments the pool connects with."""
+        return resolve_settings(self.pool)
 
     def open(self) -> None:
         with self._open_lock:

@@ -56,6 +56,11 @@ class Queue:
         """The connection string the queue's pool connects with."""
         return self._driver.conninfo
 
+    def connection_settings(self) -> tuple[str, dict[str, Any]]:
+        """The conninfo and connection keyword arguments of the queue's pool:
+        what a worker's LISTEN connection is made with."""
+        return self._driver.connection_settings()
+
     def open(self) -> None:
         """Open the queue's own pool now rather than at first use."""
         self._driver.open()

@@ -1,0 +1,137 @@
+"""The database calls a worker makes: a small protocol, each call bounded and watched.
+
+`WorkerQueue` is all the worker needs of an `AsyncQueue`, so that each
+component can be tested against a fake (`tests/worker/fake.py`). `Calls`
+makes every call with a client-side deadline (a silent connection costs
+at most `CALL_DEADLINE`) and logs a call that has waited `STALL_WARNING`
+seconds, and again when it ends.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Protocol, TypeVar
+
+import anyio
+import psycopg
+import psycopg_pool
+
+from ...core.jobs import Job, JobStatus
+from ...core.ops import Cycle, Failure, QueueCore
+from ...core.worker import CALL_DEADLINE, STALL_WARNING
+
+__all__ = ["DATABASE_ERRORS", "Calls", "WorkerQueue"]
+
+log = logging.getLogger("pgqueue.worker")
+
+T = TypeVar("T")
+
+# What a lost, refused or silent database looks like; the worker waits and retries.
+DATABASE_ERRORS = (
+    psycopg.OperationalError,
+    psycopg.InterfaceError,
+    psycopg_pool.PoolTimeout,
+    TimeoutError,  # a call past its deadline (`Calls`)
+)
+
+
+class WorkerQueue(Protocol):
+    """The queue calls a worker makes (`pgqueue.AsyncQueue` has them all)."""
+
+    @property
+    def core(self) -> QueueCore: ...
+
+    @property
+    def table(self) -> str: ...
+
+    async def cycle(
+        self,
+        succeeded: Sequence[int],
+        failures: Sequence[Failure],
+        *,
+        worker: str,
+        limit: int,
+        kinds: Sequence[str] | None = None,
+    ) -> Cycle: ...
+
+    async def settle(
+        self, succeeded: Sequence[int], failures: Sequence[Failure], *, worker: str
+    ) -> tuple[list[int], dict[int, JobStatus]]: ...
+
+    async def claim_orphan(
+        self, *, worker: str, kinds: Sequence[str] | None = None
+    ) -> list[Job]: ...
+
+    async def heartbeat(self, job_ids: Sequence[int], *, worker: str) -> list[int]: ...
+
+    async def reap_outcomes(self, visibility_timeout: timedelta) -> dict[int, JobStatus]: ...
+
+    async def connection_settings(self) -> tuple[str, dict[str, Any]]:
+        """The conninfo and keyword arguments the queue's pool connects with."""
+        ...
+
+
+@dataclass(eq=False, slots=True)
+class _Call:
+    what: str
+    since: float
+    stalled: bool = False  # logged as waiting: its end is logged too
+
+
+class Calls:
+    """Makes the worker's database calls, each bounded by ``deadline`` seconds.
+
+    Owner: the worker run. ``_in_flight`` is written by `__call__` (any
+    component's task) and read by `watch_stalls`.
+    """
+
+    def __init__(self, worker: str, table: str, *, deadline: float = CALL_DEADLINE) -> None:
+        self.worker = worker
+        self.table = table
+        self.deadline = deadline
+        self._in_flight: set[_Call] = set()
+
+    async def __call__(
+        self, what: str, fn: Callable[..., Awaitable[T]], *args: Any, **kw: Any
+    ) -> T:
+        """``await fn(*args, **kw)``, watched; `TimeoutError` past the deadline."""
+        with self._watched(what), anyio.fail_after(self.deadline):
+            return await fn(*args, **kw)
+
+    @contextmanager
+    def _watched(self, what: str) -> Iterator[None]:
+        call = _Call(what, anyio.current_time())
+        self._in_flight.add(call)
+        ended = "failed"
+        try:
+            yield
+            ended = "returned"
+        finally:
+            self._in_flight.discard(call)
+            if call.stalled:
+                log.warning("worker %s: %s %s after %.1fs", self.worker, what, ended,
+                            anyio.current_time() - call.since)  # fmt: skip
+
+    async def watch_stalls(self) -> None:
+        """Log each call that has waited `STALL_WARNING` seconds, once.
+
+        A statement blocked on a lock, or a task waiting for a connection of
+        an exhausted pool, raises nothing: without this line the worker
+        would just fall silent.
+        """
+        while True:
+            await anyio.sleep(STALL_WARNING / 5)
+            now = anyio.current_time()
+            for call in list(self._in_flight):
+                if not call.stalled and now - call.since >= STALL_WARNING:
+                    call.stalled = True
+                    log.warning(
+                        "worker %s: %s waiting on the database for %.0fs so far: a lock held "
+                        "on %s, no free connection in the pool, or a slow server "
+                        "(pg_stat_activity and pg_locks show which)",
+                        self.worker, call.what, now - call.since, self.table,
+                    )  # fmt: skip

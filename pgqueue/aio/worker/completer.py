@@ -1,0 +1,174 @@
+"""The completer: the only writer of outcomes.
+
+Runners hand it each job's outcome (`add`). A claim carries every outcome
+waiting (`cycle`: one statement records them and claims the next batch);
+outcomes no claim carried within `OUTCOME_LINGER` are written by `run`, on
+a connection of their own, beside the claims. At shutdown `flush` writes
+what is left, within a bound: what it cannot write comes back through the
+lease, as after a crash.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import anyio
+
+from ...core.jobs import Job, JobStatus
+from ...core.ledger import Ledger, Phase
+from ...core.ops import Failure, QueueCore
+from ...core.states import Event
+from ...core.worker import OUTCOME_LINGER, RETRY_BACKOFF, Outcome, describe_jobs
+from .calls import DATABASE_ERRORS, Calls, WorkerQueue
+from .flags import Broadcast, Wakeup
+from .reporter import Reporter
+
+__all__ = ["Completer"]
+
+log = logging.getLogger("pgqueue.worker")
+
+
+class Completer:
+    """Owner of every write of an outcome (the ledger's DONE -> WRITING ->
+    RECORDED moves). ``_ready`` is set by `add` and waited on by `run`;
+    ``progress`` (shared) is notified when outcomes are recorded."""
+
+    def __init__(
+        self,
+        queue: WorkerQueue,
+        calls: Calls,
+        ledger: Ledger[Outcome],
+        reporter: Reporter,
+        progress: Broadcast,
+        *,
+        worker: str,
+    ) -> None:
+        self.queue = queue
+        self.core: QueueCore = queue.core
+        self.calls = calls
+        self.ledger = ledger
+        self.reporter = reporter
+        self.progress = progress
+        self.worker = worker
+        self._ready = Wakeup()
+
+    # -- what runners call -------------------------------------------------------
+
+    def succeeded(self, job: Job, duration: float | None = None) -> None:
+        self._add(job, Outcome(None, Event.SUCCEED, duration))
+
+    def failed(
+        self,
+        job: Job,
+        error: str,
+        event: Event = Event.FAIL,
+        duration: float | None = None,
+        exc: BaseException | None = None,
+    ) -> None:
+        """Decide what a failed, interrupted or released job becomes, log it, and
+        queue the outcome for writing."""
+        failure = self.core.failure(job, error, event=event)
+        if event is not Event.RELEASE:
+            self.reporter.decided(job, failure, event, exc)
+        self._add(job, Outcome(failure, event, duration))
+
+    def _add(self, job: Job, outcome: Outcome) -> None:
+        if self.ledger.finish(job.id, outcome):
+            self._ready.set()
+        else:
+            log.warning("job %d (%s) finished after its lease was lost; its outcome is not "
+                        "written (another worker may run it again)", job.id, job.kind)  # fmt: skip
+        self.progress.notify()
+
+    def release(self, job: Job) -> Outcome:
+        """The outcome of a job given back unstarted (its attempt given back too)."""
+        return Outcome(self.core.failure(job, "released", event=Event.RELEASE), Event.RELEASE)
+
+    def release_unstarted(self) -> None:
+        """(Shutdown.) Every claimed job no runner began becomes a release to write."""
+        if self.ledger.release_unstarted(self.release):
+            self._ready.set()
+
+    # -- writing ------------------------------------------------------------------
+
+    async def cycle(self, limit: int, kinds: Sequence[str] | None) -> tuple[list[Job], int]:
+        """Write every outcome waiting and claim up to ``limit`` jobs, in one
+        statement; return the jobs claimed and how many outcomes it carried."""
+        batch = self.ledger.take_done()
+        succeeded, failures = _split(batch)
+        try:
+            turn = await self.calls("claim", self.queue.cycle, succeeded, failures,
+                                    worker=self.worker, limit=limit, kinds=kinds)  # fmt: skip
+        except BaseException:
+            self.ledger.unwrite(job.id for job, _ in batch)
+            self.progress.notify()
+            raise
+        self._recorded(batch, turn.completed, turn.failed)
+        return turn.claimed, len(batch)
+
+    async def write(self) -> None:
+        """Write every outcome waiting, in one statement."""
+        batch = self.ledger.take_done()
+        if not batch:
+            return
+        succeeded, failures = _split(batch)
+        try:
+            done, written = await self.calls(
+                "recording outcomes", self.queue.settle, succeeded, failures, worker=self.worker
+            )
+        except BaseException:
+            self.ledger.unwrite(job.id for job, _ in batch)
+            self.progress.notify()
+            raise
+        self._recorded(batch, done, written)
+
+    def _recorded(
+        self, batch: list[tuple[Job, Outcome]], done: list[int], written: dict[int, JobStatus]
+    ) -> None:
+        if not batch:
+            return
+        # Outcomes the database refused (their lease had expired) are over too.
+        self.ledger.recorded(job.id for job, _ in batch)
+        self.reporter.written(batch, done, written)
+        self.progress.notify()
+
+    async def run(self) -> None:
+        """Write the outcomes that no claim carried soon after they arrived."""
+        while True:
+            await self._ready.wait()
+            await anyio.sleep(OUTCOME_LINGER)
+            await self._write_until_done("recording outcomes")
+
+    async def _write_until_done(self, what: str) -> None:
+        errors = 0
+        while self.ledger.count(Phase.DONE):
+            try:
+                await self.write()
+                errors = 0
+            except DATABASE_ERRORS as exc:
+                errors += 1
+                delay = RETRY_BACKOFF.delay(errors).total_seconds()
+                self.reporter.retrying(what, exc, delay)
+                await anyio.sleep(delay)
+
+    async def flush(self, deadline: float) -> None:
+        """(Shutdown, shielded.) Write every outcome left, giving up after
+        ``deadline`` seconds: those jobs come back through their lease."""
+        with anyio.move_on_after(deadline):
+            while self.ledger.outcomes_pending():
+                if self.ledger.count(Phase.DONE):
+                    await self._write_until_done("recording outcomes")
+                else:  # others are being written by another task: wait for them
+                    await self.progress.wait()
+            return
+        left = self.ledger.jobs(Phase.DONE, Phase.WRITING)
+        log.warning("worker %s: gave up writing %d outcomes after %.0fs; those jobs come back "
+                    "when their lease expires: %s", self.worker, len(left), deadline,
+                    describe_jobs(left))  # fmt: skip
+
+
+def _split(batch: list[tuple[Job, Outcome]]) -> tuple[list[int], list[Failure]]:
+    succeeded = [job.id for job, o in batch if o.failure is None]
+    failures = [o.failure for _, o in batch if o.failure is not None]
+    return succeeded, failures

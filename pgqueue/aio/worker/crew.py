@@ -1,0 +1,128 @@
+"""One run of a worker: its components, wired together, started and stopped in order.
+
+A `Crew` is made new by every `AsyncWorker.run`, so that nothing of one
+run (a wake-up left set, a ledger entry, a listener error count) reaches
+the next. Who owns what:
+
+| component | owns | started |
+|---|---|---|
+| `Fetcher` | claims in flight, orphan looks | always |
+| `Runners` | runner tasks, thread chunks, the grace period | always |
+| `Completer` | every write of an outcome | always |
+| `LeaseKeeper` | the heartbeat; lost leases | always |
+| `Reaper` | returning other workers' expired jobs | not ``until_empty`` |
+| `Notifier` | the LISTEN connection and its thread | not ``until_empty`` |
+| `Calls` | the deadline and stall log of every database call | always |
+| `Reporter` | log lines and listener events | always |
+
+The ledger (`pgqueue.core.ledger`) is where every job stands; only the
+component named beside each of its methods calls it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import anyio
+
+from ...core.events import EventListener
+from ...core.ledger import Ledger
+from ...core.worker import CALL_DEADLINE, FLUSH_DEADLINE, Handlers, Outcome, WorkerSettings
+from .calls import Calls, WorkerQueue
+from .completer import Completer
+from .fetcher import Fetcher
+from .flags import Broadcast, Wakeup
+from .lease import LeaseKeeper
+from .notifier import Notifier
+from .reaper import Reaper
+from .reporter import Reporter
+from .runners import Runners
+
+__all__ = ["Crew"]
+
+log = logging.getLogger("pgqueue.worker")
+
+
+class Crew:
+    """The components of one worker run (see the module's table)."""
+
+    def __init__(
+        self,
+        queue: WorkerQueue,
+        settings: WorkerSettings,
+        handlers: Handlers,
+        listeners: Sequence[EventListener],
+        *,
+        call_deadline: float = CALL_DEADLINE,
+    ) -> None:
+        name = settings.name
+        self.settings = settings
+        self.ledger: Ledger[Outcome] = Ledger()
+        self.reporter = Reporter(name, queue.table, listeners)
+        self.calls = Calls(name, queue.table, deadline=call_deadline)
+        progress, demand = Broadcast(), Wakeup()
+        self.completer = Completer(
+            queue, self.calls, self.ledger, self.reporter, progress, worker=name
+        )
+        self.runners = Runners(settings, handlers, self.ledger, self.completer, demand,
+                               timed=bool(listeners))  # fmt: skip
+        self.fetcher = Fetcher(settings, queue, self.calls, self.ledger, self.completer,
+                               self.runners, self.reporter, demand, progress)  # fmt: skip
+        self.lease = LeaseKeeper(settings, queue, self.calls, self.ledger)
+        self.reaper = Reaper(settings, queue, self.calls, self.reporter, self.fetcher)
+        self.notifier = Notifier(name, queue, self.fetcher.wakeup,
+                                 conninfo=settings.listen_conninfo)  # fmt: skip
+        self._fetching: anyio.CancelScope | None = None
+        self._flushing: anyio.CancelScope | None = None
+        self._stopping = False
+        self._aborted = False
+
+    def stop(self) -> None:
+        """(On the event loop.) Stop claiming; running jobs get the grace period."""
+        self._stopping = True
+        if self._fetching is not None:
+            self._fetching.cancel()
+
+    def abort(self) -> None:
+        """(On the event loop; a second signal.) Interrupt running jobs now and
+        give up on writing what is left."""
+        self.stop()
+        self._aborted = True
+        self.runners.interrupt_after(0)
+        if self._flushing is not None:
+            self._flushing.cancel()
+
+    async def run(self, *, until_empty: bool) -> None:
+        async with anyio.create_task_group() as background:
+            background.start_soon(self.calls.watch_stalls)
+            background.start_soon(self.completer.run)
+            background.start_soon(self.lease.run)
+            if not until_empty:
+                background.start_soon(self.notifier.run)
+                background.start_soon(self.reaper.run)
+            try:
+                await self._work(until_empty)
+            finally:
+                # Bounded, and cut short by `abort`: stopping never depends on
+                # the database.
+                with anyio.CancelScope(shield=True) as self._flushing:
+                    if self._aborted:
+                        self._flushing.cancel()
+                    await self.completer.flush(FLUSH_DEADLINE)
+                background.cancel_scope.cancel()
+        self.reporter.close()
+
+    async def _work(self, until_empty: bool) -> None:
+        async with anyio.create_task_group() as work:
+            await work.start(self.runners.run)
+            try:
+                with anyio.CancelScope() as self._fetching:
+                    if not self._stopping:
+                        await self.fetcher.run(until_empty)
+            finally:
+                # Hand out nothing more, give back what no runner began, and
+                # let the running jobs have the grace period.
+                self.runners.close()
+                self.completer.release_unstarted()
+                self.runners.interrupt_after(self.settings.grace_period)

@@ -1,0 +1,199 @@
+"""The fetcher: claims batches for the runners, and orphaned jobs to run alone.
+
+A claim is sent when the runners are down to their low-water mark, and
+carries every outcome waiting (`Completer.cycle`). When the runners ran dry
+waiting for the last claim, the next one goes out a batch earlier, so
+that two claims are in flight: the database works on one while the
+runners finish the other's jobs. An empty claim sends the fetcher to
+sleep until a notification, an outcome or ``poll_interval``.
+
+An orphaned job (`Job.orphaned`: its last worker vanished holding it) is
+kept out of batches and run alone: held until nothing else is claimed,
+running or unwritten, then run; and straight after it, the next orphan.
+A busy worker looks for one once a reap interval, or at once when its
+reaper has just returned some; an idle one after every empty claim.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import anyio
+
+from ...core.jobs import Job
+from ...core.ledger import Ledger
+from ...core.worker import RETRY_BACKOFF, Outcome, WorkerSettings
+from .calls import DATABASE_ERRORS, Calls, WorkerQueue
+from .completer import Completer
+from .flags import Broadcast, Wakeup
+from .reporter import Reporter
+from .runners import Runners
+
+__all__ = ["Fetcher"]
+
+log = logging.getLogger("pgqueue.worker")
+
+MAX_CLAIMS_IN_FLIGHT = 2
+
+
+class Fetcher:
+    """Owner of the claims: how many are in flight, when to send the next,
+    when to look for orphans. ``wakeup`` is set by the notifier and the
+    reaper; ``demand`` by the runners; ``progress`` is notified by the
+    runners and the completer."""
+
+    def __init__(
+        self,
+        settings: WorkerSettings,
+        queue: WorkerQueue,
+        calls: Calls,
+        ledger: Ledger[Outcome],
+        completer: Completer,
+        runners: Runners,
+        reporter: Reporter,
+        demand: Wakeup,
+        progress: Broadcast,
+    ) -> None:
+        self.settings = settings
+        self.queue = queue
+        self.calls = calls
+        self.ledger = ledger
+        self.completer = completer
+        self.runners = runners
+        self.reporter = reporter
+        self.demand = demand
+        self.progress = progress
+        self.wakeup = Wakeup()
+        self._in_flight = 0
+        self._starved = False  # the runners ran dry waiting for the last claim
+        self._alone = False  # an orphan is held or running: claim nothing else
+        self._next_orphan_look = anyio.current_time() + settings.reap_interval
+        self._errors = 0
+        # Set by a claim that found nothing with no other in flight: whether
+        # nothing was held either (the queue is drained).
+        self._found_nothing: bool | None = None
+
+    def look_for_orphans_now(self) -> None:
+        """(Reaper.) Jobs were just returned: the next turn looks for an orphan."""
+        self._next_orphan_look = 0.0
+        self.wakeup.set()
+
+    async def run(self, until_empty: bool) -> None:
+        """Claim until cancelled (`AsyncWorker.stop`) or, with ``until_empty``,
+        until a claim made with nothing held finds nothing."""
+        async with anyio.create_task_group() as claims:
+            while True:
+                if self._found_nothing is not None:
+                    idle, self._found_nothing = self._found_nothing, None
+                    if idle and await self._run_orphans():
+                        continue
+                    if until_empty:
+                        if idle:
+                            claims.cancel_scope.cancel()
+                            return
+                        if self.ledger.busy():
+                            await self.progress.wait()  # its outcome may free more work
+                    else:
+                        await self.wakeup.wait_for(self.settings.poll_interval)
+                elif self._may_claim():
+                    if not await self._orphans_first():
+                        self._in_flight += 1
+                        claims.start_soon(self._claim)
+                else:
+                    await self.demand.wait()
+
+    def _may_claim(self) -> bool:
+        """Whether to send a claim now: when the jobs left unstarted plus those
+        on their way are down to the low-water mark (a batch more when the
+        runners ran dry waiting last time)."""
+        if self._alone or self._in_flight >= MAX_CLAIMS_IN_FLIGHT:
+            return False
+        batch = self.settings.batch_size
+        target = self.runners.low_water + (batch if self._starved else 0)
+        return self.ledger.unstarted + self._in_flight * batch <= target
+
+    async def _claim(self) -> None:
+        """One claim (``_in_flight`` counted by the caller): hand out what it
+        found, or tell the loop that it found nothing."""
+        quiet = not self.ledger.busy() and self._in_flight == 1
+        try:
+            with anyio.CancelScope(shield=True):
+                # Shielded: a claim that committed is never dropped on the floor.
+                jobs, carried = await self.completer.cycle(
+                    self.settings.batch_size, self.settings.kinds
+                )
+        except DATABASE_ERRORS as exc:
+            # Still counted in flight while it backs off: no other claim meanwhile.
+            await self._pause("claim", exc)
+            self._in_flight -= 1
+            self.demand.set()
+            return
+        self._in_flight -= 1
+        self._errors = 0
+        self.demand.set()
+        if jobs:
+            # Ran dry waiting: claim earlier. Plenty left: claim later.
+            if self.ledger.unstarted == 0:
+                self._starved = True
+            elif self.ledger.unstarted > self.runners.low_water:
+                self._starved = False
+            if self.reporter.wanted:
+                self.reporter.claimed(jobs)
+            self.runners.hand_out(jobs)
+        elif self._in_flight == 0:
+            self._starved = False
+            # Outcomes recorded by that very statement (a failure due again at
+            # once, say) were invisible to its claim: no proof of an empty queue.
+            self._found_nothing = quiet and not carried and not self.ledger.outcomes_pending()
+
+    async def _orphans_first(self) -> bool:
+        """Once a reap interval (or when the reaper asks), a busy worker runs
+        the orphans there are before it claims on; True if it ran any."""
+        if anyio.current_time() < self._next_orphan_look or not self.ledger.busy():
+            return False
+        self._next_orphan_look = anyio.current_time() + self.settings.reap_interval
+        return await self._run_orphans()
+
+    async def _run_orphans(self) -> bool:
+        """Claim orphaned jobs one by one and run each alone; True if there was any."""
+        ran = False
+        while True:
+            try:
+                with anyio.CancelScope(shield=True):
+                    jobs = await self.calls("claim of an orphaned job", self.queue.claim_orphan,
+                                            worker=self.settings.name,
+                                            kinds=self.settings.kinds)  # fmt: skip
+            except DATABASE_ERRORS as exc:
+                await self._pause("claim of an orphaned job", exc)
+                return ran
+            if not jobs:
+                return ran
+            ran = True
+            await self._run_alone(jobs[0])
+
+    async def _run_alone(self, job: Job) -> None:
+        self._alone = True
+        try:
+            self.runners.hold(job)
+            others = len(self.ledger) - 1
+            if others or self._in_flight:
+                log.info("job %d (%s): its last worker vanished holding it; held until the %d "
+                         "jobs this worker has are done", job.id, job.kind, others)  # fmt: skip
+            # Held (its lease renewed; given back at shutdown if the wait is cut
+            # short) until nothing else is claimed, running or unwritten: if it
+            # takes the process down, it must take nothing else with it.
+            while len(self.ledger) > 1 or self._in_flight:
+                await self.progress.wait()
+            log.warning("job %d (%s): its last worker vanished holding it; running it alone",
+                        job.id, job.kind)  # fmt: skip
+            self.runners.unhold(job)
+            while self.ledger.busy():
+                await self.progress.wait()
+        finally:
+            self._alone = False
+
+    async def _pause(self, what: str, exc: BaseException) -> None:
+        self._errors += 1
+        delay = RETRY_BACKOFF.delay(self._errors).total_seconds()
+        self.reporter.retrying(what, exc, delay)
+        await anyio.sleep(delay)

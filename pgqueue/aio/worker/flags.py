@@ -1,0 +1,55 @@
+"""The two wake-up primitives the worker's components use; nothing else re-arms an event.
+
+`anyio.Event` cannot be cleared. `Wakeup` (one waiter; a set that nobody
+waited for yet is kept, and consumed by the next wait) and `Broadcast`
+(every current waiter; nothing kept) make a new one where needed, so that
+no component keeps an event of its own and re-arms it by assignment.
+"""
+
+from __future__ import annotations
+
+import anyio
+
+__all__ = ["Broadcast", "Wakeup"]
+
+
+class Wakeup:
+    """A flag one task waits on: `set` wakes it, or its next `wait` returns at once."""
+
+    def __init__(self) -> None:
+        self._event = anyio.Event()
+
+    def set(self) -> None:
+        self._event.set()
+
+    def clear(self) -> None:
+        """Forget a `set` not waited for yet (before looking, so that no later set is lost)."""
+        if self._event.is_set():
+            self._event = anyio.Event()
+
+    async def wait(self) -> None:
+        """Return once set, and consume the set."""
+        await self._event.wait()
+        self._event = anyio.Event()
+
+    async def wait_for(self, seconds: float) -> bool:
+        """`wait`, for at most ``seconds``; True if it was set."""
+        with anyio.move_on_after(seconds):
+            await self.wait()
+            return True
+        return False
+
+
+class Broadcast:
+    """Wakes every task waiting at the time of `notify`; a task checks its
+    condition, then waits (with no checkpoint between), then checks again."""
+
+    def __init__(self) -> None:
+        self._event = anyio.Event()
+
+    def notify(self) -> None:
+        self._event.set()
+        self._event = anyio.Event()
+
+    async def wait(self) -> None:
+        await self._event.wait()

@@ -1,0 +1,256 @@
+"""The runners: ``concurrency`` tasks that run handlers, each job once.
+
+``async def`` handlers run on the event loop; plain functions in worker
+threads, a few jobs per thread hop (`Chunk`: a hop costs more than a
+trivial handler). Every handler is timed and bounded here, and nowhere
+else; its outcome goes to the completer.
+"""
+
+from __future__ import annotations
+
+import threading
+from contextlib import nullcontext
+from time import perf_counter
+
+import anyio
+import anyio.lowlevel
+import anyio.to_thread
+from anyio.abc import TaskStatus
+
+from ...core.jobs import Job
+from ...core.ledger import Ledger
+from ...core.states import Event
+from ...core.worker import (
+    INTERRUPTED,
+    Handlers,
+    MissingHandler,
+    Outcome,
+    WorkerSettings,
+    describe_error,
+)
+from .completer import Completer
+from .flags import Broadcast, Wakeup
+
+__all__ = ["Chunk", "Runners"]
+
+Ran = tuple[Job, Exception | None, float | None]  # (job, its error or None, run time if timed)
+
+
+class Chunk:
+    """Plain-function jobs that one worker thread runs one after another.
+
+    Shared by the event loop and one thread, under ``_lock``: the thread
+    begins jobs (`start_next`) and appends to ``ran``; the loop may `cut` it.
+    """
+
+    def __init__(self, jobs: list[Job]) -> None:
+        self.jobs = jobs
+        self.ran: list[Ran] = []
+        self._next = 0
+        self._cut = False
+        self._lock = threading.Lock()
+
+    def start_next(self) -> Job | None:
+        """(In the thread.) The next job to begin, or None when done or cut."""
+        with self._lock:
+            if self._cut or self._next == len(self.jobs):
+                return None
+            self._next += 1
+            return self.jobs[self._next - 1]
+
+    def cut(self) -> list[Job]:
+        """(On the event loop.) Begin no more; return the jobs never begun, once."""
+        with self._lock:
+            if self._cut:
+                return []
+            self._cut = True
+            return self.jobs[self._next :]
+
+    def finish(self) -> tuple[list[Ran], list[Job], list[Job]]:
+        """(On the event loop.) Cut the chunk and split it: the jobs that ran,
+        the job begun but unfinished (abandoned), and the jobs never begun that
+        `cut` has not handed out yet."""
+        never_begun = self.cut()
+        with self._lock:
+            ran = list(self.ran)
+            begun = self.jobs[len(ran) : self._next]
+        return ran, begun, never_begun
+
+
+class Runners:
+    """Owner of the runner tasks, their thread chunks and their cancel scope.
+
+    Reads the ledger's unstarted jobs and moves them to RUNNING; ``work``
+    is notified by `hand_out` and `close`; ``demand`` (the fetcher's) is set
+    when few enough jobs are left unstarted.
+    """
+
+    def __init__(
+        self,
+        settings: WorkerSettings,
+        handlers: Handlers,
+        ledger: Ledger[Outcome],
+        completer: Completer,
+        demand: Wakeup,
+        *,
+        timed: bool,
+    ) -> None:
+        self.settings = settings
+        self.handlers = handlers
+        self.ledger = ledger
+        self.completer = completer
+        self.demand = demand
+        self.timed = timed  # run times are for listeners only
+        self.low_water = settings.batch_size // 2
+        self._work = Broadcast()
+        self._closed = False
+        self._chunks: set[Chunk] = set()
+        self._limiter = anyio.CapacityLimiter(settings.concurrency)
+        self._scope: anyio.CancelScope | None = None
+
+    def hand_out(self, jobs: list[Job]) -> None:
+        """(Fetcher.) Claimed jobs for the runners, in claim order."""
+        self.ledger.claim(jobs)
+        self._work.notify()
+
+    def hold(self, job: Job) -> None:
+        """(Fetcher.) A claimed orphan, kept from the runners until `unhold`."""
+        self.ledger.claim([job])
+        self.ledger.hold(job.id)
+
+    def unhold(self, job: Job) -> None:
+        self.ledger.unhold(job.id)
+        self._work.notify()
+
+    def close(self) -> None:
+        """Hand out nothing more; jobs of thread chunks not begun are released."""
+        self._closed = True
+        for chunk in self._chunks:
+            for job in chunk.cut():
+                self.completer.failed(job, "released", Event.RELEASE)
+        self._work.notify()
+
+    def interrupt_after(self, seconds: float) -> None:
+        """Cancel running async handlers after ``seconds`` (the grace period)."""
+        if self._scope is not None:
+            self._scope.deadline = anyio.current_time() + seconds
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Run jobs until `close`, then until those running are done or interrupted."""
+        async with anyio.create_task_group() as runners:
+            self._scope = runners.cancel_scope
+            for _ in range(self.settings.concurrency):
+                runners.start_soon(self._runner)
+            task_status.started()
+
+    async def _runner(self) -> None:
+        while not self._closed:
+            job = self.ledger.next_unstarted()
+            if job is None:
+                await self._work.wait()
+                continue
+            # No checkpoint from here to _run_one: a job is always either
+            # claimed (to release) or running (to record).
+            if self._plain(job):
+                await self._run_chunk(self._take_chunk(job))
+                continue
+            self.ledger.start(job.id)
+            if self._check_low_water():
+                # Let the fetcher send its claim before this runner goes on.
+                await anyio.lowlevel.checkpoint()
+            await self._run_one(job)
+
+    def _check_low_water(self) -> bool:
+        """Tell the fetcher when few enough jobs are left unstarted."""
+        if self.ledger.unstarted <= self.low_water:
+            self.demand.set()
+            return True
+        return False
+
+    def _plain(self, job: Job) -> bool:
+        """A plain-function job with no timeout: it may share a thread hop with others."""
+        return (
+            self.settings.job_timeout is None
+            and self.handlers.get(job.kind) is not None
+            and not self.handlers.is_async(job.kind)
+        )
+
+    def _take_chunk(self, first: Job) -> Chunk:
+        # A fair share of the batch, so that every runner (thread) gets work.
+        share = max(1, self.settings.batch_size // self.settings.concurrency)
+        jobs = [self.ledger.start(first.id)]
+        while len(jobs) < share:
+            job = self.ledger.next_unstarted()
+            if job is None or not self._plain(job):
+                break
+            jobs.append(self.ledger.start(job.id))
+        self._check_low_water()
+        return Chunk(jobs)
+
+    async def _run_chunk(self, chunk: Chunk) -> None:
+        """Run a chunk in one worker thread; on `close`, its jobs not begun are
+        cut off and released."""
+        self._chunks.add(chunk)
+        try:
+            # Abandoned on cancel (the grace period ran out): see `Worker`.
+            await anyio.to_thread.run_sync(
+                self._call_plain, chunk, abandon_on_cancel=True, limiter=self._limiter
+            )
+        finally:
+            self._chunks.discard(chunk)
+            ran, abandoned, never_begun = chunk.finish()
+            for job, exc, duration in ran:
+                if exc is None:
+                    self.completer.succeeded(job, duration)
+                else:
+                    self.completer.failed(job, describe_error(exc), Event.FAIL, duration, exc)
+            for job in abandoned:
+                self.completer.failed(job, INTERRUPTED, Event.EXPIRE)
+            for job in never_begun:
+                self.completer.failed(job, "released", Event.RELEASE)
+
+    def _call_plain(self, chunk: Chunk) -> None:
+        """In a worker thread: run the chunk's handlers until it ends or is cut."""
+        while (job := chunk.start_next()) is not None:
+            handler = self.handlers.get(job.kind)
+            assert handler is not None
+            start = perf_counter() if self.timed else None
+            error: Exception | None = None
+            try:
+                handler(job)
+            except Exception as exc:
+                error = exc
+            chunk.ran.append((job, error, None if start is None else perf_counter() - start))
+
+    async def _run_one(self, job: Job) -> None:
+        handler = self.handlers.get(job.kind)
+        timeout = self.settings.job_timeout
+        start = perf_counter() if self.timed else None
+
+        def ran() -> float | None:
+            return None if start is None or handler is None else perf_counter() - start
+
+        try:
+            if handler is None:
+                raise MissingHandler(job.kind, self.handlers.kinds())
+            with anyio.fail_after(timeout) if timeout is not None else nullcontext():
+                if self.handlers.is_async(job.kind):
+                    await handler(job)
+                else:
+                    # Abandoned on timeout: a thread cannot be killed; see the docs.
+                    await anyio.to_thread.run_sync(
+                        handler, job, abandon_on_cancel=True, limiter=self._limiter
+                    )
+        except anyio.get_cancelled_exc_class():
+            self.completer.failed(job, INTERRUPTED, Event.EXPIRE)
+            raise
+        except TimeoutError as exc:
+            if timeout is None:  # the handler's own
+                self.completer.failed(job, describe_error(exc), Event.FAIL, ran(), exc)
+            else:
+                text = f"TimeoutError: job_timeout of {timeout}s exceeded"
+                self.completer.failed(job, text, Event.FAIL, ran())
+        except Exception as exc:
+            self.completer.failed(job, describe_error(exc), Event.FAIL, ran(), exc)
+        else:
+            self.completer.succeeded(job, ran())

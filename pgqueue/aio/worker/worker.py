@@ -1,0 +1,196 @@
+"""`AsyncWorker`: claim, run, record, on asyncio or trio.
+
+The work is done by a `Crew` of small components made new for each run
+(see `pgqueue.aio.worker.crew`); this class holds what outlives a run
+(settings, handlers, listeners) and the controls: `run`, `stop`, signals.
+`pgqueue.Worker` (sync) runs this same worker on an event loop of its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import suppress
+from datetime import timedelta
+from typing import Any, TypeVar
+
+import anyio
+import anyio.from_thread
+import anyio.lowlevel
+
+from ...core.events import EventListener, check_listener, listeners_from
+from ...core.worker import Handlers, WorkerSettings
+from ..queue import AsyncQueue
+from .crew import Crew
+
+__all__ = ["AsyncWorker"]
+
+log = logging.getLogger("pgqueue.worker")
+
+L = TypeVar("L", bound=EventListener)
+
+
+class AsyncWorker:
+    """Run handlers for the jobs of an `AsyncQueue` (asyncio or trio).
+
+        worker = pgqueue.AsyncWorker(queue, concurrency=8)
+
+        @worker.handler("send_receipt")
+        async def send_receipt(job: pgqueue.Job) -> None:
+            await mailer.send(job.payload["order_id"])
+
+        await worker.run()   # until stop(), SIGINT or SIGTERM
+
+    A handler receives the `Job`. Returning is success (the row is deleted);
+    raising is failure (retried with backoff, ``dead`` at ``max_attempts``);
+    running longer than ``job_timeout`` is a failure too. ``async def``
+    handlers run on the event loop; plain functions run in worker threads.
+    Delivery is at least once: make handlers idempotent.
+
+    ``batch_size`` jobs are claimed per statement; ``concurrency`` run at a
+    time. ``poll_interval`` seconds is the longest an idle worker waits
+    before it looks for ready jobs again, notification or not. A claimed
+    job's lease is renewed every ``visibility_timeout / 4``; a job whose
+    lease is older than ``visibility_timeout`` is presumed abandoned and
+    returned to ``pending`` by any worker's reaper. On `stop` (or a signal)
+    the worker stops claiming, hands claimed-but-unstarted jobs back at once
+    (their attempt is given back), and lets running jobs finish for up to
+    ``grace_period`` seconds; a job still running then is interrupted and
+    returned to ``pending`` at once, its attempt counted.
+
+    The worker's LISTEN connection is made as the queue's pool makes its
+    connections, or from ``listen_conninfo`` (a pooler in front of the
+    server that does not allow LISTEN: give the server's own address). The
+    worker polls from its first second, whether LISTEN works or not.
+
+    ``on_event`` (a callable or a sequence of them; more with
+    `add_event_listener`) receives a `JobEvent` for every job claimed,
+    succeeded, failed, dead, released, interrupted or reaped, once the
+    outcome is written. See `add_event_listener`.
+    """
+
+    def __init__(
+        self,
+        queue: AsyncQueue,
+        handlers: Mapping[str, Callable[..., Any]] | None = None,
+        *,
+        concurrency: int = 4,
+        batch_size: int = 100,
+        kinds: Iterable[str] | None = None,
+        poll_interval: float | timedelta = 1.0,
+        job_timeout: float | timedelta | None = None,
+        visibility_timeout: timedelta = timedelta(minutes=5),
+        grace_period: float | timedelta = 30.0,
+        name: str | None = None,
+        handle_signals: bool = True,
+        on_event: EventListener | Sequence[EventListener] | None = None,
+        listen_conninfo: str | None = None,
+    ) -> None:
+        self.queue = queue
+        self.handlers = Handlers(handlers)
+        self._event_listeners = listeners_from(on_event)
+        self.settings = WorkerSettings.build(
+            concurrency=concurrency,
+            batch_size=batch_size,
+            kinds=kinds,
+            poll_interval=poll_interval,
+            job_timeout=job_timeout,
+            visibility_timeout=visibility_timeout,
+            grace_period=grace_period,
+            name=name,
+            listen_conninfo=listen_conninfo,
+        )
+        self.handle_signals = handle_signals
+        # Written by stop() (any thread) and run(); a stop() before run() stops that run at once.
+        self._stopping = False
+        # The current run's crew and event loop, for stop() from another thread.
+        self._crew: Crew | None = None
+        self._token: anyio.lowlevel.EventLoopToken | None = None
+        self._loop_thread: int | None = None
+
+    @property
+    def name(self) -> str:
+        """The name this worker records in ``locked_by``."""
+        return self.settings.name
+
+    def handler(self, kind: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Register the decorated function as the handler of ``kind``."""
+        return self.handlers.register(kind)
+
+    def add_event_listener(self, listener: L) -> L:
+        """Call ``listener`` with every `JobEvent` of this worker; returns it (a decorator too):
+
+            @worker.add_event_listener
+            def count(event: pgqueue.JobEvent) -> None:
+                outcomes[event.name] += 1
+
+        Listeners are plain functions, called in the order they were added, on
+        the worker's event loop thread, while the worker waits: keep them cheap
+        (count, or put the event on a queue that another thread or task
+        drains). A listener that raises is logged at ERROR with its traceback
+        the first time (later errors are counted, and the count logged when
+        the worker stops) and never disturbs the worker or other listeners.
+        With no listener at all, the worker does no per-job work for events.
+        """
+        check_listener(listener)
+        self._event_listeners.append(listener)
+        return listener
+
+    def stop(self) -> None:
+        """Stop gracefully; callable from any thread, task or handler."""
+        self._stopping = True
+        self._on_loop(lambda crew: crew.stop())
+
+    def _on_loop(self, action: Callable[[Crew], None]) -> None:
+        crew, token = self._crew, self._token
+        if crew is None or token is None:
+            return
+        if threading.get_ident() == self._loop_thread:
+            action(crew)
+        else:
+            with suppress(anyio.RunFinishedError):
+                anyio.from_thread.run_sync(action, crew, token=token)
+
+    async def run(self, *, until_empty: bool = False) -> None:
+        """Work until `stop` (or, with ``until_empty``, until no job is ready or running)."""
+        if self._crew is not None:
+            raise RuntimeError(f"worker {self.name} is already running")
+        crew = Crew(self.queue, self.settings, self.handlers, self._event_listeners)
+        self._token = anyio.lowlevel.current_token()
+        self._loop_thread = threading.get_ident()
+        self._crew = crew
+        log.info(
+            "worker %s starting: concurrency=%d batch_size=%d kinds=%s",
+            self.name,
+            self.settings.concurrency,
+            self.settings.batch_size,
+            self.settings.kinds or "all",
+        )
+        try:
+            if self._stopping:
+                crew.stop()
+            async with anyio.create_task_group() as tg:
+                if self.handle_signals and threading.current_thread() is threading.main_thread():
+                    tg.start_soon(self._on_signals, crew)
+                await crew.run(until_empty=until_empty)
+                tg.cancel_scope.cancel()
+        finally:
+            self._crew = self._token = None
+            # This run has spent the stop() that ended it.
+            self._stopping = False
+            log.info("worker %s stopped", self.name)
+
+    async def _on_signals(self, crew: Crew) -> None:
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for signum in signals:
+                name = signal.Signals(signum).name
+                if self._stopping:
+                    log.warning(
+                        "worker %s: %s again, not waiting for running jobs", self.name, name
+                    )
+                    crew.abort()
+                else:
+                    log.info("worker %s: %s, stopping gracefully", self.name, name)
+                    self.stop()

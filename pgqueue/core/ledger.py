@@ -28,7 +28,7 @@ __all__ = ["MOVES", "IllegalMove", "Ledger", "Move", "Phase"]
 O = TypeVar("O")  # noqa: E741 - an outcome, as the worker describes it
 
 
-class Phase(enum.Enum):
+class Phase(enum.StrEnum):  # str-hashed: looked up several times per job
     """Where a job this worker holds stands. The last two are terminal: the
     job leaves the ledger."""
 
@@ -42,7 +42,7 @@ class Phase(enum.Enum):
     FORGOTTEN = "forgotten"  # its lease was lost; nothing of it will be written
 
 
-class Move(enum.Enum):
+class Move(enum.StrEnum):
     START = "start"  # a runner begins it
     HOLD = "hold"  # kept back to run alone
     UNHOLD = "unhold"  # its turn to run alone has come
@@ -72,6 +72,11 @@ MOVES: Final[dict[tuple[Phase, Move], Phase]] = {
     (_H, Move.LOSE): _F,
     (_R, Move.LOSE): _L,
     (_L, Move.FINISH): _F,
+}
+
+# The same table by move, for the worker's hot path (a few moves per job).
+_NEXT: Final[dict[Move, dict[Phase, Phase]]] = {
+    move: {p: t for (p, m), t in MOVES.items() if m is move} for move in Move
 }
 
 TERMINAL: Final = frozenset({_REC, _F})
@@ -113,16 +118,16 @@ class Ledger(Generic[O]):
 
     def _move(self, job_id: int, move: Move) -> _Entry[O]:
         entry = self._entries.get(job_id)
-        phase = entry.phase if entry is not None else None
-        target = MOVES.get((phase, move)) if phase is not None else None
+        target = _NEXT[move].get(entry.phase) if entry is not None else None
         if entry is None or target is None:
-            raise IllegalMove(job_id, phase, move)
-        self._counts[entry.phase] -= 1
+            raise IllegalMove(job_id, entry.phase if entry is not None else None, move)
+        counts = self._counts
+        counts[entry.phase] -= 1
         entry.phase = target
-        if target in TERMINAL:
+        if target is _REC or target is _F:
             del self._entries[job_id]
         else:
-            self._counts[target] += 1
+            counts[target] += 1
         return entry
 
     def claim(self, jobs: Iterable[Job]) -> None:
@@ -185,12 +190,15 @@ class Ledger(Generic[O]):
     def take_done(self) -> list[tuple[Job, O]]:
         """(Completer.) Every decided outcome, now WRITING, in the order decided."""
         taken = []
+        entries, write = self._entries, _NEXT[Move.WRITE]
         for job_id in self._done:
-            entry = self._entries.get(job_id)
+            entry = entries.get(job_id)
             if entry is not None and entry.phase is _D:
-                self._move(job_id, Move.WRITE)
+                entry.phase = write[_D]
                 assert entry.outcome is not None
                 taken.append((entry.job, entry.outcome))
+        self._counts[_D] -= len(taken)
+        self._counts[_W] += len(taken)
         self._done.clear()
         return taken
 
@@ -203,8 +211,15 @@ class Ledger(Generic[O]):
 
     def recorded(self, job_ids: Iterable[int]) -> None:
         """(Completer.) The statement carrying those outcomes returned."""
+        entries, record = self._entries, _NEXT[Move.RECORD]
         for job_id in job_ids:
-            self._move(job_id, Move.RECORD)
+            entry = entries.pop(job_id, None)
+            if entry is None or entry.phase not in record:
+                if entry is not None:
+                    entries[job_id] = entry
+                raise IllegalMove(job_id, entry.phase if entry else None, Move.RECORD)
+            self._counts[entry.phase] -= 1
+            entry.phase = record[entry.phase]
 
     def lose(self, job_ids: Iterable[int]) -> list[Job]:
         """(Lease keeper.) The database says this worker no longer holds these

@@ -19,7 +19,7 @@ from ...core.jobs import Job, JobStatus
 from ...core.ledger import Ledger, Phase
 from ...core.ops import Failure, QueueCore
 from ...core.states import Event
-from ...core.worker import OUTCOME_LINGER, RETRY_BACKOFF, Outcome, describe_jobs
+from ...core.worker import OUTCOME_LINGER, RETRY_BACKOFF, SUCCESS, Outcome, describe_jobs
 from .calls import DATABASE_ERRORS, Calls, WorkerQueue
 from .flags import Broadcast, Wakeup
 from .reporter import Reporter
@@ -52,11 +52,12 @@ class Completer:
         self.progress = progress
         self.worker = worker
         self._ready = Wakeup()
+        self._takes = 0  # statements that took outcomes so far (`run` reads it)
 
     # -- what runners call -------------------------------------------------------
 
     def succeeded(self, job: Job, duration: float | None = None) -> None:
-        self._add(job, Outcome(None, Event.SUCCEED, duration))
+        self._add(job, SUCCESS if duration is None else Outcome(None, Event.SUCCEED, duration))
 
     def failed(
         self,
@@ -95,7 +96,7 @@ class Completer:
     async def cycle(self, limit: int, kinds: Sequence[str] | None) -> tuple[list[Job], int]:
         """Write every outcome waiting and claim up to ``limit`` jobs, in one
         statement; return the jobs claimed and how many outcomes it carried."""
-        batch = self.ledger.take_done()
+        batch = self._take()
         succeeded, failures = _split(batch)
         try:
             turn = await self.calls("claim", self.queue.cycle, succeeded, failures,
@@ -109,7 +110,7 @@ class Completer:
 
     async def write(self) -> None:
         """Write every outcome waiting, in one statement."""
-        batch = self.ledger.take_done()
+        batch = self._take()
         if not batch:
             return
         succeeded, failures = _split(batch)
@@ -123,6 +124,12 @@ class Completer:
             raise
         self._recorded(batch, done, written)
 
+    def _take(self) -> list[tuple[Job, Outcome]]:
+        batch = self.ledger.take_done()
+        if batch:
+            self._takes += 1
+        return batch
+
     def _recorded(
         self, batch: list[tuple[Job, Outcome]], done: list[int], written: dict[int, JobStatus]
     ) -> None:
@@ -134,11 +141,17 @@ class Completer:
         self.progress.notify()
 
     async def run(self) -> None:
-        """Write the outcomes that no claim carried soon after they arrived."""
+        """Write the outcomes that no claim carried within `OUTCOME_LINGER`."""
         while True:
             await self._ready.wait()
-            await anyio.sleep(OUTCOME_LINGER)
-            await self._write_until_done("recording outcomes")
+            while True:
+                takes = self._takes
+                await anyio.sleep(OUTCOME_LINGER)
+                if not self.ledger.count(Phase.DONE):
+                    break
+                if takes == self._takes:  # no claim took any meanwhile
+                    await self._write_until_done("recording outcomes")
+                    break
 
     async def _write_until_done(self, what: str) -> None:
         errors = 0

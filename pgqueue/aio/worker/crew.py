@@ -76,7 +76,6 @@ class Crew:
         self._fetching: anyio.CancelScope | None = None
         self._flushing: anyio.CancelScope | None = None
         self._stopping = False
-        self._aborted = False
 
     def stop(self) -> None:
         """(On the event loop.) Stop claiming; running jobs get the grace period."""
@@ -85,10 +84,10 @@ class Crew:
             self._fetching.cancel()
 
     def abort(self) -> None:
-        """(On the event loop; a second signal.) Interrupt running jobs now and
-        give up on writing what is left."""
+        """(On the event loop; a second signal.) Interrupt running jobs now; if
+        the last outcomes are being written already, give up on them (their
+        jobs come back through the lease)."""
         self.stop()
-        self._aborted = True
         self.runners.interrupt_after(0)
         if self._flushing is not None:
             self._flushing.cancel()
@@ -104,11 +103,9 @@ class Crew:
             try:
                 await self._work(until_empty)
             finally:
-                # Bounded, and cut short by `abort`: stopping never depends on
-                # the database.
+                # Bounded, and cut short by an `abort` that comes while it
+                # runs: stopping never depends on the database.
                 with anyio.CancelScope(shield=True) as self._flushing:
-                    if self._aborted:
-                        self._flushing.cancel()
                     await self.completer.flush(FLUSH_DEADLINE)
                 background.cancel_scope.cancel()
         self.reporter.close()

@@ -46,10 +46,16 @@ class Broadcast:
 
     def __init__(self) -> None:
         self._event = anyio.Event()
+        self._waiting = 0  # notify() costs nothing while nobody waits
 
     def notify(self) -> None:
-        self._event.set()
-        self._event = anyio.Event()
+        if self._waiting:
+            self._event.set()
+            self._event = anyio.Event()
 
     async def wait(self) -> None:
-        await self._event.wait()
+        self._waiting += 1
+        try:
+            await self._event.wait()
+        finally:
+            self._waiting -= 1

@@ -107,10 +107,13 @@ class Runners:
         self._chunks: set[Chunk] = set()
         self._limiter = anyio.CapacityLimiter(settings.concurrency)
         self._scope: anyio.CancelScope | None = None
+        self._asked = False  # the fetcher was told of the low-water mark since the last batch
+        self._plain_kinds: dict[str, bool] = {}  # kind -> `_plain`, worked out once a run
 
     def hand_out(self, jobs: list[Job]) -> None:
         """(Fetcher.) Claimed jobs for the runners, in claim order."""
         self.ledger.claim(jobs)
+        self._asked = False
         self._work.notify()
 
     def hold(self, job: Job) -> None:
@@ -161,19 +164,24 @@ class Runners:
             await self._run_one(job)
 
     def _check_low_water(self) -> bool:
-        """Tell the fetcher when few enough jobs are left unstarted."""
-        if self.ledger.unstarted <= self.low_water:
+        """Tell the fetcher, once a batch, when few enough jobs are left
+        unstarted; True if just now."""
+        if not self._asked and self.ledger.unstarted <= self.low_water:
+            self._asked = True
             self.demand.set()
             return True
         return False
 
     def _plain(self, job: Job) -> bool:
         """A plain-function job with no timeout: it may share a thread hop with others."""
-        return (
-            self.settings.job_timeout is None
-            and self.handlers.get(job.kind) is not None
-            and not self.handlers.is_async(job.kind)
-        )
+        plain = self._plain_kinds.get(job.kind)
+        if plain is None:
+            plain = self._plain_kinds[job.kind] = (
+                self.settings.job_timeout is None
+                and self.handlers.get(job.kind) is not None
+                and not self.handlers.is_async(job.kind)
+            )
+        return plain
 
     def _take_chunk(self, first: Job) -> Chunk:
         # A fair share of the batch, so that every runner (thread) gets work.
@@ -226,14 +234,10 @@ class Runners:
         handler = self.handlers.get(job.kind)
         timeout = self.settings.job_timeout
         start = perf_counter() if self.timed else None
-
-        def ran() -> float | None:
-            return None if start is None or handler is None else perf_counter() - start
-
         try:
             if handler is None:
                 raise MissingHandler(job.kind, self.handlers.kinds())
-            with anyio.fail_after(timeout) if timeout is not None else nullcontext():
+            with anyio.fail_after(timeout) if timeout is not None else _NO_TIMEOUT:
                 if self.handlers.is_async(job.kind):
                     await handler(job)
                 else:
@@ -245,12 +249,21 @@ class Runners:
             self.completer.failed(job, INTERRUPTED, Event.EXPIRE)
             raise
         except TimeoutError as exc:
+            ran = _since(start, handler)
             if timeout is None:  # the handler's own
-                self.completer.failed(job, describe_error(exc), Event.FAIL, ran(), exc)
+                self.completer.failed(job, describe_error(exc), Event.FAIL, ran, exc)
             else:
                 text = f"TimeoutError: job_timeout of {timeout}s exceeded"
-                self.completer.failed(job, text, Event.FAIL, ran())
+                self.completer.failed(job, text, Event.FAIL, ran)
         except Exception as exc:
-            self.completer.failed(job, describe_error(exc), Event.FAIL, ran(), exc)
+            self.completer.failed(job, describe_error(exc), Event.FAIL, _since(start, handler), exc)
         else:
-            self.completer.succeeded(job, ran())
+            self.completer.succeeded(job, None if start is None else perf_counter() - start)
+
+
+_NO_TIMEOUT = nullcontext()
+
+
+def _since(start: float | None, handler: object) -> float | None:
+    """A handler's run time, if timed (none when there was no handler to run)."""
+    return None if start is None or handler is None else perf_counter() - start

@@ -1,0 +1,164 @@
+"""An in-memory queue with the calls a worker makes (`pgqueue.aio.worker.calls.WorkerQueue`).
+
+For testing the worker's components below the database: it keeps jobs in
+dicts, fences outcomes as the real statements do (by worker and claim),
+and can be told to fail or to block a call. The real-PostgreSQL suites
+stay the judge of behaviour; this one lets a test put the worker in a
+phase that a real server makes hard to reach (a claim in flight at stop,
+a database gone at shutdown, LISTEN refused, a lease lost).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import anyio
+import psycopg
+
+from pgqueue import Job, JobStatus
+from pgqueue.core.jobs import LEASE_EXPIRED
+from pgqueue.core.ops import Cycle, Failure, QueueCore
+
+
+class FakeQueue:
+    table = "fake_jobs"
+
+    def __init__(self) -> None:
+        self.core = QueueCore(self.table)
+        self.jobs: dict[int, Job] = {}  # pending, running and dead; succeeded ones are deleted
+        self.succeeded: list[int] = []
+        self.calls: Counter[str] = Counter()
+        self.failing: Counter[str] = Counter()  # call name -> how many more calls raise
+        self.down = False  # every call raises, as with the server unreachable
+        self.gates: dict[str, anyio.Event] = {}  # call name -> held until set
+        self.entered: dict[str, anyio.Event] = {}  # call name -> set when one starts
+        self.refuse_listen = True
+        self._next_id = 1
+
+    # -- arranging ----------------------------------------------------------------
+
+    def add(self, kind: str = "k", n: int = 1, *, orphaned: bool = False) -> list[int]:
+        now = datetime.now(UTC)
+        ids = []
+        for _ in range(n):
+            error = f"{LEASE_EXPIRED}: no word" if orphaned else None
+            job = Job(self._next_id, kind, {}, 0, 3, JobStatus.PENDING, now, error, None, None, now)
+            self.jobs[job.id] = job
+            ids.append(job.id)
+            self._next_id += 1
+        return ids
+
+    def status(self, job_id: int) -> JobStatus | None:
+        job = self.jobs.get(job_id)
+        return job.status if job is not None else None
+
+    def hold(self, call: str) -> anyio.Event:
+        """Make the next calls of ``call`` wait until the returned event is set."""
+        self.gates[call] = gate = anyio.Event()
+        return gate
+
+    def started(self, call: str) -> anyio.Event:
+        self.entered[call] = event = anyio.Event()
+        return event
+
+    async def _enter(self, call: str) -> None:
+        self.calls[call] += 1
+        if call in self.entered:
+            self.entered[call].set()
+        if call in self.gates:
+            await self.gates[call].wait()
+        if self.down:
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+        if self.failing[call]:
+            self.failing[call] -= 1
+            raise psycopg.OperationalError(f"{call} failed (the fake says so)")
+
+    # -- the calls ----------------------------------------------------------------
+
+    async def cycle(
+        self,
+        succeeded: Sequence[int],
+        failures: Sequence[Failure],
+        *,
+        worker: str,
+        limit: int,
+        kinds: Sequence[str] | None = None,
+    ) -> Cycle:
+        await self._enter("cycle")
+        done, written = self._settle(succeeded, failures, worker)
+        claimed = self._claim(worker, limit, kinds, orphans=False)
+        return Cycle(done, written, claimed)
+
+    async def settle(
+        self, succeeded: Sequence[int], failures: Sequence[Failure], *, worker: str
+    ) -> tuple[list[int], dict[int, JobStatus]]:
+        await self._enter("settle")
+        return self._settle(succeeded, failures, worker)
+
+    async def claim_orphan(self, *, worker: str, kinds: Sequence[str] | None = None) -> list[Job]:
+        await self._enter("claim_orphan")
+        return self._claim(worker, 1, kinds, orphans=True)
+
+    async def heartbeat(self, job_ids: Sequence[int], *, worker: str) -> list[int]:
+        await self._enter("heartbeat")
+        return [i for i in job_ids if self._held_by(i, worker)]
+
+    async def reap_outcomes(self, visibility_timeout: timedelta) -> dict[int, JobStatus]:
+        await self._enter("reap")
+        return {}
+
+    async def connection_settings(self) -> tuple[str, dict[str, Any]]:
+        await self._enter("listen")
+        if self.refuse_listen:
+            raise psycopg.OperationalError("too many connections for role")
+        raise AssertionError("the fake has no server to LISTEN on")
+
+    # -- what the statements do -----------------------------------------------------
+
+    def _held_by(self, job_id: int, worker: str) -> bool:
+        job = self.jobs.get(job_id)
+        return job is not None and job.status is JobStatus.RUNNING and job.locked_by == worker
+
+    def _claim(
+        self, worker: str, limit: int, kinds: Sequence[str] | None, *, orphans: bool
+    ) -> list[Job]:
+        now = datetime.now(UTC)
+        ready = [
+            j
+            for j in self.jobs.values()
+            if j.status is JobStatus.PENDING
+            and (kinds is None or j.kind in kinds)
+            and j.orphaned == orphans
+            and j.run_at <= now
+        ][:limit]
+        claimed = []
+        for j in ready:
+            self.jobs[j.id] = new = j.__class__(
+                j.id, j.kind, j.payload, j.attempts + 1, j.max_attempts, JobStatus.RUNNING,
+                j.run_at, j.last_error, worker, now, j.created_at,
+            )  # fmt: skip
+            claimed.append(new)
+        return claimed
+
+    def _settle(
+        self, succeeded: Sequence[int], failures: Sequence[Failure], worker: str
+    ) -> tuple[list[int], dict[int, JobStatus]]:
+        done = [i for i in succeeded if self._held_by(i, worker)]
+        for i in done:
+            del self.jobs[i]
+            self.succeeded.append(i)
+        written: dict[int, JobStatus] = {}
+        for f in failures:
+            job = self.jobs.get(f.job_id)
+            if job is None or job.status is not JobStatus.RUNNING or job.attempts != f.attempts:
+                continue
+            error = f.error if f.error is not None else job.last_error
+            self.jobs[f.job_id] = job.__class__(
+                job.id, job.kind, job.payload, f.new_attempts, job.max_attempts, f.status,
+                datetime.now(UTC) + f.delay, error, None, None, job.created_at,
+            )  # fmt: skip
+            written[f.job_id] = f.status
+        return done, written

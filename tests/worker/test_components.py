@@ -1,0 +1,238 @@
+"""The worker's components against `FakeQueue`: start-up, lost leases and shutdown
+in every phase, with no database (the behaviour suites run the real thing)."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+import pgqueue
+from pgqueue import JobStatus
+from pgqueue.aio.worker import crew as crew_module
+from pgqueue.aio.worker.calls import Calls
+from pgqueue.aio.worker.completer import Completer
+from pgqueue.aio.worker.flags import Broadcast
+from pgqueue.aio.worker.lease import LeaseKeeper
+from pgqueue.aio.worker.reporter import Reporter
+from pgqueue.core.ledger import Ledger, Phase
+from pgqueue.core.worker import Outcome, WorkerSettings
+
+from .fake import FakeQueue
+
+pytestmark = pytest.mark.anyio
+
+PATIENCE = 5  # a deadline for "it happened at all", never a performance claim
+
+
+def worker(fake: FakeQueue, handlers: dict[str, Any], **options: Any) -> pgqueue.AsyncWorker:
+    options.setdefault("handle_signals", False)
+    options.setdefault("poll_interval", 0.05)
+    return pgqueue.AsyncWorker(fake, handlers, **options)  # type: ignore[arg-type]
+
+
+async def test_worker_with_listen_refused_claims_by_polling_and_stops_when_asked(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    fake = FakeQueue()
+    ids = fake.add(n=5)
+    done = anyio.Event()
+    handled: list[int] = []
+
+    async def handle(job: pgqueue.Job) -> None:
+        handled.append(job.id)
+        if len(handled) == len(ids):
+            done.set()
+
+    w = worker(fake, {"k": handle})
+    with anyio.fail_after(PATIENCE):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(w.run)
+            await done.wait()
+            w.stop()
+    assert sorted(fake.succeeded) == ids
+    assert fake.calls["listen"] >= 1
+    assert "listener lost (too many connections for role); polling meanwhile" in caplog.text
+
+
+async def test_a_second_run_idles_instead_of_spinning() -> None:
+    fake = FakeQueue()
+    fake.add(n=3)
+    w = worker(fake, {"k": lambda job: None}, poll_interval=0.1)
+    await w.run(until_empty=True)
+    assert len(fake.succeeded) == 3
+    claims_before = fake.calls["cycle"]
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(w.run)
+        await anyio.sleep(0.5)  # the window in which claims are counted
+        w.stop()
+    # One claim per poll (about 5 in the window) and a few at start-up; a
+    # spinning worker makes thousands.
+    assert fake.calls["cycle"] - claims_before <= 15
+
+
+async def test_stop_before_run_stops_that_run_at_once() -> None:
+    fake = FakeQueue()
+    fake.add(n=2)
+    w = worker(fake, {"k": lambda job: None})
+    w.stop()
+    with anyio.fail_after(PATIENCE):
+        await w.run()
+    assert fake.calls["cycle"] == 0
+    assert all(fake.status(i) is JobStatus.PENDING for i in (1, 2))
+
+
+async def test_stop_with_a_claim_in_flight_releases_what_it_claimed() -> None:
+    fake = FakeQueue()
+    ids = fake.add(n=4)
+    gate = fake.hold("cycle")
+    entered = fake.started("cycle")
+    w = worker(fake, {"k": lambda job: None})
+    with anyio.fail_after(PATIENCE):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(w.run)
+            await entered.wait()
+            w.stop()
+            gate.set()  # the claim commits after the stop: its jobs go back
+    for i in ids:
+        job = fake.jobs[i]
+        assert (job.status, job.attempts) == (JobStatus.PENDING, 0)  # attempt given back
+    assert not fake.succeeded
+
+
+async def test_stop_lets_running_jobs_finish_within_the_grace_period_then_interrupts() -> None:
+    fake = FakeQueue()
+    quick, slow = fake.add("quick")[0], fake.add("slow")[0]
+    both_started = anyio.Event()
+    started: list[int] = []
+    finish_quick = anyio.Event()
+
+    async def handle(job: pgqueue.Job) -> None:
+        started.append(job.id)
+        if len(started) == 2:
+            both_started.set()
+        if job.kind == "quick":
+            await finish_quick.wait()
+        else:
+            await anyio.sleep_forever()
+
+    w = worker(fake, {"quick": handle, "slow": handle}, grace_period=0.3)
+    with anyio.fail_after(PATIENCE):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(w.run)
+            await both_started.wait()
+            w.stop()
+            finish_quick.set()
+    assert fake.succeeded == [quick]
+    job = fake.jobs[slow]
+    assert (job.status, job.attempts) == (JobStatus.PENDING, 1)  # interrupted: attempt counted
+    assert job.last_error is not None and job.last_error.startswith("interrupted")
+
+
+async def test_stop_with_the_database_gone_returns_after_a_bounded_flush(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(crew_module, "FLUSH_DEADLINE", 0.5)
+    fake = FakeQueue()
+    [job_id] = fake.add()
+    ran = anyio.Event()
+
+    async def handle(job: pgqueue.Job) -> None:
+        fake.down = True  # the outcome cannot be written any more
+        ran.set()
+
+    w = worker(fake, {"k": handle})
+    with anyio.fail_after(PATIENCE):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(w.run)
+            await ran.wait()
+            w.stop()
+    # Not written: the job comes back through its lease, as after a crash.
+    assert fake.status(job_id) is JobStatus.RUNNING
+    assert f"gave up writing 1 outcomes after 0s; those jobs come back when their lease " \
+           f"expires: {job_id} (k)" in caplog.text  # fmt: skip
+
+
+async def test_claim_errors_are_retried_with_backoff(caplog: pytest.LogCaptureFixture) -> None:
+    fake = FakeQueue()
+    ids = fake.add(n=10)
+    fake.failing["cycle"] = 2
+    w = worker(fake, {"k": lambda job: None}, batch_size=3)
+    with anyio.fail_after(PATIENCE):
+        await w.run(until_empty=True)
+    assert sorted(fake.succeeded) == ids
+    assert caplog.text.count("claim failed") == 2
+
+
+async def test_lost_lease_means_not_started_and_outcome_not_written(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING)
+    fake = FakeQueue()
+    settings = WorkerSettings(name="w1")
+    fake.add(n=2)
+    first, second = fake._claim("w1", 2, None, orphans=False)
+    ledger: Ledger[Outcome] = Ledger()
+    ledger.claim([first, second])
+    ledger.start(first.id)
+    # Another worker's reaper took both back meanwhile.
+    del fake.jobs[first.id], fake.jobs[second.id]
+    calls = Calls("w1", fake.table)
+    keeper = LeaseKeeper(settings, fake, calls, ledger)  # type: ignore[arg-type]
+    await keeper.beat()
+    assert ledger.phase(first.id) is Phase.LOST  # still running here
+    assert ledger.phase(second.id) is None  # never to be started
+    assert ledger.next_unstarted() is None
+    completer = Completer(fake, calls, ledger, Reporter("w1", fake.table, []), Broadcast(),
+                          worker="w1")  # type: ignore[arg-type]  # fmt: skip
+    completer.succeeded(first)
+    await completer.write()
+    assert fake.calls["settle"] == 0 and not ledger.busy()
+    assert "lost the lease of 2 jobs" in caplog.text
+    assert f"job {first.id} (k) finished after its lease was lost" in caplog.text
+
+
+async def test_an_orphan_runs_alone_and_the_next_one_follows_at_once() -> None:
+    fake = FakeQueue()
+    orphans = fake.add("orphan", 3, orphaned=True)
+    others = fake.add("other", 20)
+    running: set[int] = set()
+    beside_an_orphan: list[set[int]] = []
+
+    async def handle(job: pgqueue.Job) -> None:
+        running.add(job.id)
+        if job.kind == "orphan":
+            beside_an_orphan.append(set(running) - {job.id})
+        await anyio.lowlevel.checkpoint()
+        running.discard(job.id)
+
+    w = worker(fake, {"orphan": handle, "other": handle}, batch_size=5)
+    with anyio.fail_after(PATIENCE):
+        await w.run(until_empty=True)
+    assert sorted(fake.succeeded) == sorted(orphans + others)
+    assert beside_an_orphan == [set(), set(), set()]
+    # The three one after another, one look that finds none, and the last
+    # look before the drain ends.
+    assert fake.calls["claim_orphan"] == 5
+
+
+async def test_job_events_are_the_same_as_on_a_real_server() -> None:
+    fake = FakeQueue()
+    ok, bad = fake.add("ok")[0], fake.add("bad")[0]
+    events: list[tuple[str, int]] = []
+
+    def boom(job: pgqueue.Job) -> None:
+        raise ValueError("no")
+
+    w = worker(fake, {"ok": lambda job: None, "bad": boom},
+               on_event=lambda e: events.append((str(e.name), e.job_id)))  # fmt: skip
+    await w.run(until_empty=True)
+    assert sorted(events) == sorted(
+        [("claimed", ok), ("claimed", bad), ("succeeded", ok), ("failed", bad)]
+    )
+    assert fake.jobs[bad].last_error.startswith("ValueError: no")  # type: ignore[union-attr]
+    assert timedelta(0) < WorkerSettings().visibility_timeout

@@ -41,7 +41,6 @@ class Notifier:
         self.queue = queue
         self.wakeup = wakeup
         self.conninfo = conninfo
-        self.listening = False  # for tests and logs: a LISTEN is in place now
         self._stop = threading.Event()
 
     async def run(self) -> None:
@@ -51,28 +50,38 @@ class Notifier:
             while True:
                 started = anyio.Event()
                 try:
-                    conninfo, kwargs = await self.queue.connection_settings()
-                    if self.conninfo is not None:
-                        conninfo, kwargs = self.conninfo, {}
-                    async with anyio.create_task_group() as tg:
-                        tg.start_soon(self._on_start, started)
-                        await anyio.to_thread.run_sync(
-                            self._listen, conninfo, kwargs, token, started, abandon_on_cancel=True
-                        )
-                        tg.cancel_scope.cancel()
+                    await self._listen_until_lost(token, started)
                 except Exception as exc:
                     log.warning("worker %s: listener lost (%s); polling meanwhile", self.worker,
                                 str(exc).strip() or type(exc).__name__)  # fmt: skip
-                finally:
-                    self.listening = False
                 errors = 0 if started.is_set() else errors + 1
                 await anyio.sleep(RETRY_BACKOFF.delay(errors).total_seconds())
         finally:
             self._stop.set()
 
+    async def _listen_until_lost(
+        self, token: anyio.lowlevel.EventLoopToken, started: anyio.Event
+    ) -> None:
+        kwargs: dict[str, Any] = {}
+        if self.conninfo is not None:
+            conninfo = self.conninfo
+        else:
+            conninfo, kwargs = await self.queue.connection_settings()
+        lost: Exception | None = None
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._on_start, started)
+            try:
+                await anyio.to_thread.run_sync(
+                    self._listen, conninfo, kwargs, token, started, abandon_on_cancel=True
+                )
+            except Exception as exc:
+                lost = exc  # raised here, not from the task group (no exception group)
+            tg.cancel_scope.cancel()
+        if lost is not None:
+            raise lost
+
     async def _on_start(self, started: anyio.Event) -> None:
         await started.wait()
-        self.listening = True
         # A notification sent while (re)connecting is lost: look now.
         self.wakeup.set()
 

@@ -1,0 +1,143 @@
+"""Regressions of the worker's start-up and second run, on a real server, on every backend.
+
+- A pool built with connection keyword arguments: the LISTEN connection is
+  made as the pool makes its own, and jobs run (they never did).
+- LISTEN refused (a role allowed one connection, which the pool holds):
+  the worker polls from its first second and `stop()` returns.
+- A second `run()` on the same worker idles instead of spinning.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+import pgqueue
+
+from ..backends import SyncAsAsync, WorkerUnderTest, open_queue
+from .test_worker import PATIENCE, listener_pids, wait_for, wait_until
+
+pytestmark = pytest.mark.anyio
+
+
+@asynccontextmanager
+async def queue_on_a_pool_with_kwargs(backend: str, dsn: str, table: str) -> AsyncIterator[Any]:
+    """A queue over a pool whose conninfo names only the database: the
+    server's address and the user come as keyword arguments."""
+    params = conninfo_to_dict(dsn)
+    dbname = params.pop("dbname")
+    kwargs = {**params, "autocommit": True}
+    if backend == "asyncio":
+        apool = AsyncConnectionPool(f"dbname={dbname}", kwargs=kwargs, min_size=1, open=False)
+        await apool.open(wait=True)
+        try:
+            yield pgqueue.AsyncQueue(apool, table=table)
+        finally:
+            await apool.close()
+        return
+    pool = ConnectionPool(f"dbname={dbname}", kwargs=kwargs, min_size=1, open=False)
+    await anyio.to_thread.run_sync(lambda: pool.open(wait=True))
+    try:
+        if backend == "sync":
+            yield SyncAsAsync(pgqueue.Queue(pool, table=table))
+        else:
+            yield pgqueue.AsyncQueue(pool, table=table)
+    finally:
+        await anyio.to_thread.run_sync(pool.close)
+
+
+async def test_worker_on_a_pool_built_with_kwargs_listens_and_runs_jobs(
+    dsn: str, table: str, backend: str, raw: Any
+) -> None:
+    handled = threading.Event()
+    async with queue_on_a_pool_with_kwargs(backend, dsn, table) as q:
+        await q.install()
+        # A long poll: only the notification can wake the worker in time.
+        worker = WorkerUnderTest(backend, q, {"ping": lambda job: handled.set()},
+                                 poll_interval=600)  # fmt: skip
+        with anyio.fail_after(PATIENCE):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(worker.run)
+                await wait_until(lambda: listener_pids(raw, q), "listener up")
+                await q.enqueue("ping")
+                await wait_for(handled)
+                worker.stop()
+
+
+@pytest.fixture
+def one_connection_role(dsn: str, table: str) -> Iterator[str]:
+    """A login role allowed a single connection, with what a worker needs on the table."""
+    role = f"r_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN CONNECTION LIMIT 1").format(
+            sql.Identifier(role)))  # fmt: skip
+    try:
+        yield make_conninfo(dsn, user=role)
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+async def test_worker_whose_listen_is_refused_polls_from_the_start_and_stops_when_asked(
+    dsn: str,
+    table: str,
+    backend: str,
+    one_connection_role: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async with open_queue(backend, dsn, table=table) as owner:
+        await owner.install()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        role = sql.Identifier(conninfo_to_dict(one_connection_role)["user"])
+        conn.execute(sql.SQL("GRANT ALL ON {} TO {}").format(sql.Identifier(table), role))
+        conn.execute(sql.SQL("GRANT ALL ON SEQUENCE {} TO {}").format(
+            sql.Identifier(f"{table}_id_seq"), role))  # fmt: skip
+    handled = threading.Event()
+    async with open_queue(backend, one_connection_role, table=table,
+                          max_connections=1) as q:  # fmt: skip
+        await q.enqueue("ping")
+        worker = WorkerUnderTest(backend, q, {"ping": lambda job: handled.set()},
+                                 poll_interval=0.2)  # fmt: skip
+        with anyio.fail_after(PATIENCE):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(worker.run)
+                await wait_for(handled)
+                worker.stop()
+    assert "too many connections for role" in caplog.text
+    assert "polling meanwhile" in caplog.text
+
+
+async def test_a_second_run_of_the_same_worker_idles(
+    queue: Any, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    claims = 0
+    cycle = pgqueue.AsyncQueue.cycle
+
+    async def counted(self: pgqueue.AsyncQueue, *args: Any, **kwargs: Any) -> Any:
+        nonlocal claims
+        claims += 1
+        return await cycle(self, *args, **kwargs)
+
+    await queue.enqueue_many([("ping", i) for i in range(3)])
+    worker = WorkerUnderTest(backend, queue, {"ping": lambda job: None}, poll_interval=0.1)
+    await worker.run(until_empty=True)
+    assert await queue.stats() is not None
+    monkeypatch.setattr(pgqueue.AsyncQueue, "cycle", counted)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.run)
+        await anyio.sleep(0.5)  # the window in which claims are counted
+        worker.stop()
+    # About one claim per poll; a spinning worker makes thousands.
+    assert 1 <= claims <= 15

@@ -13,6 +13,7 @@ is "perform a step, await the result".
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 from contextlib import AsyncExitStack
 from typing import Any, Protocol, TypeVar
@@ -84,6 +85,7 @@ async def run_on(conn: CallerConnection, op: Operation[T]) -> T:
 
 class Impl(Protocol):
     async def open(self) -> None: ...
+    async def ready(self) -> None: ...
     async def run(self, op: Operation[T], conn: CallerConnection | None) -> T: ...
     async def close(self) -> None: ...
 
@@ -102,7 +104,11 @@ class NativeDriver:
                 "AsyncQueue a DSN or a psycopg_pool.ConnectionPool"
             )
         if self.owned:
-            await self.pool.open(wait=True)
+            await self.pool.open(wait=False)
+
+    async def ready(self) -> None:
+        async with self.pool.connection():
+            pass
 
     async def run(self, op: Operation[T], conn: CallerConnection | None) -> T:
         if conn is not None:
@@ -123,6 +129,9 @@ class ThreadDriver:
 
     async def open(self) -> None:
         await anyio.to_thread.run_sync(self.sync.open)
+
+    async def ready(self) -> None:
+        await anyio.to_thread.run_sync(functools.partial(self.sync.open, wait=True))
 
     async def run(self, op: Operation[T], conn: CallerConnection | None) -> T:
         if conn is not None:
@@ -157,7 +166,7 @@ class Driver:
         (for a connection beside it: a worker's LISTEN)."""
         target = self._target
         if isinstance(target, str):
-            return target, {"autocommit": True}
+            return target, sync_driver.connection_kwargs(target)
         if isinstance(target, AsyncConnectionPool):
             conninfo: Any = target.conninfo
             kwargs: Any = target.kwargs
@@ -183,20 +192,23 @@ class Driver:
                 target,
                 min_size=1,
                 max_size=self._max_size,
-                kwargs={"autocommit": True},
+                kwargs=sync_driver.connection_kwargs(target),
                 open=False,
                 name="pgqueue",
             )
             return NativeDriver(pool, owned=True)
         return ThreadDriver(sync_driver.make_driver(target, max_size=self._max_size))
 
-    async def open(self) -> Impl:
+    async def open(self, *, wait: bool = False) -> Impl:
         async with self._lock:
             if self._impl is None:
                 impl = self._choose()
                 await impl.open()
                 self._impl = impl
-            return self._impl
+            impl = self._impl
+        if wait:
+            await impl.ready()
+        return impl
 
     async def run(self, op: Operation[T], conn: CallerConnection | None = None) -> T:
         impl = self._impl if self._impl is not None else await self.open()

@@ -62,9 +62,15 @@ class AsyncQueue:
         what a worker's LISTEN connection is made with."""
         return await self._driver.connection_settings()
 
-    async def open(self) -> None:
-        """Open the queue's own pool now rather than at first use."""
-        await self._driver.open()
+    async def open(self, *, wait: bool = True) -> None:
+        """Open the queue's own pool now rather than at first use.
+
+        With ``wait`` (the default), wait until the pool has a connection:
+        `psycopg_pool.PoolTimeout` after the pool's timeout if the server
+        cannot be reached, the pool left open and still trying (a later call
+        works once the server answers). ``wait=False`` returns at once.
+        """
+        await self._driver.open(wait=wait)
 
     async def close(self) -> None:
         """Close the pool the queue opened (a pool you passed in stays open)."""

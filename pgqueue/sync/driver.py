@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import threading
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
@@ -46,6 +47,27 @@ def run_on(conn: psycopg.Connection[Any], op: Operation[T]) -> T:
     return drive(op.plan, partial(perform, conn))
 
 
+# A connection whose peer went silent (a NAT or firewall dropped its state, a
+# host died behind a proxy) fails within about a minute instead of waiting
+# forever: TCP keepalive probes after 30 s of silence, 3 of them 10 s apart,
+# and unacknowledged data given up after 60 s. libpq ignores them on Unix
+# sockets. A DSN or pool that sets any of them keeps its own value.
+KEEPALIVES: Final[dict[str, Any]] = {
+    "keepalives": 1,
+    "keepalives_idle": 30,
+    "keepalives_interval": 10,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 60_000,
+}
+
+
+def connection_kwargs(conninfo: str, kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``kwargs`` and autocommit, with the `KEEPALIVES` neither sets."""
+    given = {**conninfo_to_dict(conninfo), **(kwargs or {})}
+    extra = {k: v for k, v in KEEPALIVES.items() if k not in given}
+    return {**(kwargs or {}), "autocommit": True, **extra}
+
+
 def make_pool(conninfo: str, *, max_size: int) -> ConnectionPool:
     """The pool a queue opens for itself from a DSN."""
     return ConnectionPool(
@@ -54,7 +76,7 @@ def make_pool(conninfo: str, *, max_size: int) -> ConnectionPool:
         max_size=max_size,
         # One statement is one transaction: a claim or a batch completion
         # costs one round trip. Multi-step plans open their own transaction.
-        kwargs={"autocommit": True},
+        kwargs=connection_kwargs(conninfo),
         open=False,
         name="pgqueue",
     )
@@ -97,11 +119,17 @@ class Driver:
         """The conninfo and keyword arguments the pool connects with."""
         return resolve_settings(self.pool)
 
-    def open(self) -> None:
+    def open(self, *, wait: bool = False) -> None:
+        """Open the pool if it is the driver's; with ``wait``, wait until it has
+        a connection (`PoolTimeout` after the pool's timeout, the pool left
+        open and connecting: psycopg_pool's own wait would close it)."""
         with self._open_lock:
             if not self._opened:
-                self.pool.open(wait=True)
+                self.pool.open(wait=False)
                 self._opened = True
+        if wait:
+            with self.pool.connection():
+                pass
 
     def run(self, op: Operation[T], conn: CallerConnection | None = None) -> T:
         if conn is not None:

@@ -97,7 +97,8 @@ class Worker:
 
     def run(self, *, until_empty: bool = False) -> None:
         """Work until `stop` (or, with ``until_empty``, until nothing is ready or running)."""
-        self.queue.open()
+        # Not waiting for a connection: start-up never depends on the database.
+        self.queue.open(wait=False)
         anyio.run(functools.partial(self._worker.run, until_empty=until_empty))
 
     def stop(self) -> None:

@@ -82,6 +82,7 @@ class Crew:
         self._stopping = True
         if self._fetching is not None:
             self._fetching.cancel()
+            self.fetcher.cut_claims_after(self.settings.grace_period)
 
     def abort(self) -> None:
         """(On the event loop; a second signal.) Interrupt running jobs now; if

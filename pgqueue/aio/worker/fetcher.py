@@ -17,6 +17,8 @@ reaper has just returned some; an idle one after every empty claim.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import anyio
 
@@ -72,6 +74,26 @@ class Fetcher:
         # Set by a claim that found nothing with no other in flight: whether
         # nothing was held either (the queue is drained).
         self._found_nothing: bool | None = None
+        self._shields: set[anyio.CancelScope] = set()  # claims in flight, shielded
+        self._cut_at: float | None = None  # when a stop gives up on claims in flight
+
+    @contextmanager
+    def _shielded(self) -> Iterator[None]:
+        with anyio.CancelScope(shield=True) as scope:
+            if self._cut_at is not None:
+                scope.deadline = self._cut_at
+            self._shields.add(scope)
+            try:
+                yield
+            finally:
+                self._shields.discard(scope)
+
+    def cut_claims_after(self, seconds: float) -> None:
+        """(Stop.) Claims still waiting on the database ``seconds`` from now are
+        given up: what they may have claimed comes back through the lease."""
+        self._cut_at = anyio.current_time() + seconds
+        for scope in self._shields:
+            scope.deadline = self._cut_at
 
     def look_for_orphans_now(self) -> None:
         """(Reaper.) Jobs were just returned: the next turn looks for an orphan."""
@@ -116,9 +138,12 @@ class Fetcher:
         """One claim (``_in_flight`` counted by the caller): hand out what it
         found, or tell the loop that it found nothing."""
         quiet = not self.ledger.busy() and self._in_flight == 1
+        jobs: list[Job] = []  # unless the claim returns before a stop gives up on it
+        carried = 0
         try:
-            with anyio.CancelScope(shield=True):
-                # Shielded: a claim that committed is never dropped on the floor.
+            # Shielded: a claim that committed is never dropped on the floor
+            # (unless a stop finds it still waiting after the grace period).
+            with self._shielded():
                 jobs, carried = await self.completer.cycle(
                     self.settings.batch_size, self.settings.kinds
                 )
@@ -158,8 +183,9 @@ class Fetcher:
         """Claim orphaned jobs one by one and run each alone; True if there was any."""
         ran = False
         while True:
+            jobs: list[Job] = []
             try:
-                with anyio.CancelScope(shield=True):
+                with self._shielded():
                     jobs = await self.calls("claim of an orphaned job", self.queue.claim_orphan,
                                             worker=self.settings.name,
                                             kinds=self.settings.kinds)  # fmt: skip

@@ -22,6 +22,7 @@ import anyio.to_thread
 import psycopg
 
 from ...core.worker import RETRY_BACKOFF
+from ...sync.driver import connection_kwargs
 from .calls import WorkerQueue
 from .flags import Wakeup
 
@@ -93,7 +94,7 @@ class Notifier:
         started: anyio.Event,
     ) -> None:
         """(In a thread.) Connect, LISTEN, and wake the fetcher at each notification."""
-        with psycopg.Connection.connect(conninfo, **{**kwargs, "autocommit": True}) as conn:
+        with psycopg.Connection.connect(conninfo, **connection_kwargs(conninfo, kwargs)) as conn:
             conn.execute(self.queue.core.sql.listen)
             anyio.from_thread.run_sync(started.set, token=token)
             while not self._stop.is_set():

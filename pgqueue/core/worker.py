@@ -58,11 +58,6 @@ OUTCOME_LINGER = 0.02
 # server), and again when it returns.
 STALL_WARNING = 5.0
 
-# The longest a worker waits on one database call before it gives up on it
-# (a silent connection, a server that stopped answering) and retries on
-# another connection; also the bound on the last flush at shutdown.
-CALL_DEADLINE = 60.0
-
 # The longest a stopping worker tries to write its last outcomes (after the
 # grace period); those it could not write come back through their lease.
 FLUSH_DEADLINE = 10.0
@@ -124,6 +119,7 @@ class WorkerOptions(TypedDict, total=False):
     handle_signals: bool
     on_event: EventListener | Sequence[EventListener] | None
     listen_conninfo: str | None
+    call_timeout: float | timedelta
 
 
 @dataclass(frozen=True)
@@ -139,6 +135,7 @@ class WorkerSettings:
     grace_period: float = 30.0
     name: str = field(default_factory=unique_worker_name)
     listen_conninfo: str | None = None
+    call_timeout: float = 60.0
 
     @classmethod
     def build(
@@ -153,6 +150,7 @@ class WorkerSettings:
         grace_period: float | timedelta,
         name: str | None,
         listen_conninfo: str | None = None,
+        call_timeout: float | timedelta = 60.0,
     ) -> WorkerSettings:
         poll = _seconds(poll_interval, "poll_interval")
         grace = _seconds(grace_period, "grace_period")
@@ -167,6 +165,7 @@ class WorkerSettings:
             grace_period=grace,
             name=validate_kind(name) if name is not None else unique_worker_name(),
             listen_conninfo=_conninfo(listen_conninfo),
+            call_timeout=_seconds(call_timeout, "call_timeout") or 60.0,
         )
 
     @property

@@ -3,7 +3,7 @@
 `WorkerQueue` is all the worker needs of an `AsyncQueue`, so that each
 component can be tested against a fake (`tests/worker/fake.py`). `Calls`
 makes every call with a client-side deadline (a silent connection costs
-at most `CALL_DEADLINE`) and logs a call that has waited `STALL_WARNING`
+at most the worker's ``call_timeout``) and logs a call that has waited `STALL_WARNING`
 seconds, and again when it ends.
 """
 
@@ -22,7 +22,7 @@ import psycopg_pool
 
 from ...core.jobs import Job, JobStatus
 from ...core.ops import Cycle, Failure, QueueCore
-from ...core.worker import CALL_DEADLINE, STALL_WARNING
+from ...core.worker import STALL_WARNING
 
 __all__ = ["DATABASE_ERRORS", "Calls", "WorkerQueue"]
 
@@ -89,7 +89,7 @@ class Calls:
     component's task) and read by `watch_stalls`.
     """
 
-    def __init__(self, worker: str, table: str, *, deadline: float = CALL_DEADLINE) -> None:
+    def __init__(self, worker: str, table: str, *, deadline: float = 60.0) -> None:
         self.worker = worker
         self.table = table
         self.deadline = deadline

@@ -28,7 +28,7 @@ import anyio
 
 from ...core.events import EventListener
 from ...core.ledger import Ledger
-from ...core.worker import CALL_DEADLINE, FLUSH_DEADLINE, Handlers, Outcome, WorkerSettings
+from ...core.worker import FLUSH_DEADLINE, Handlers, Outcome, WorkerSettings
 from .calls import Calls, WorkerQueue
 from .completer import Completer
 from .fetcher import Fetcher
@@ -53,14 +53,12 @@ class Crew:
         settings: WorkerSettings,
         handlers: Handlers,
         listeners: Sequence[EventListener],
-        *,
-        call_deadline: float = CALL_DEADLINE,
     ) -> None:
         name = settings.name
         self.settings = settings
         self.ledger: Ledger[Outcome] = Ledger()
         self.reporter = Reporter(name, queue.table, listeners)
-        self.calls = Calls(name, queue.table, deadline=call_deadline)
+        self.calls = Calls(name, queue.table, deadline=settings.call_timeout)
         progress, demand = Broadcast(), Wakeup()
         self.completer = Completer(
             queue, self.calls, self.ledger, self.reporter, progress, worker=name

@@ -65,6 +65,12 @@ class AsyncWorker:
     server that does not allow LISTEN: give the server's own address). The
     worker polls from its first second, whether LISTEN works or not.
 
+    Every database call the worker makes gives up after ``call_timeout``
+    seconds (a connection gone silent, a server that stopped answering) and
+    is retried on another connection. After `stop` and the grace period,
+    the worker writes its last outcomes for at most 10 s more; those it
+    could not write come back through their lease.
+
     ``on_event`` (a callable or a sequence of them; more with
     `add_event_listener`) receives a `JobEvent` for every job claimed,
     succeeded, failed, dead, released, interrupted or reaped, once the
@@ -87,6 +93,7 @@ class AsyncWorker:
         handle_signals: bool = True,
         on_event: EventListener | Sequence[EventListener] | None = None,
         listen_conninfo: str | None = None,
+        call_timeout: float | timedelta = 60.0,
     ) -> None:
         self.queue = queue
         self.handlers = Handlers(handlers)
@@ -101,6 +108,7 @@ class AsyncWorker:
             grace_period=grace_period,
             name=name,
             listen_conninfo=listen_conninfo,
+            call_timeout=call_timeout,
         )
         self.handle_signals = handle_signals
         # Written by stop() (any thread) and run(); a stop() before run() stops that run at once.

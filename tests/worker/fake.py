@@ -17,6 +17,7 @@ from typing import Any
 
 import anyio
 import psycopg
+import psycopg.errors
 
 from pgqueue import Job, JobStatus
 from pgqueue.core.jobs import LEASE_EXPIRED
@@ -36,6 +37,7 @@ class FakeQueue:
         self.gates: dict[str, anyio.Event] = {}  # call name -> held until set
         self.entered: dict[str, anyio.Event] = {}  # call name -> set when one starts
         self.refuse_listen = True
+        self.claim_limit: int | None = None  # claims of more jobs are cancelled (statement_timeout)
         self._next_id = 1
 
     # -- arranging ----------------------------------------------------------------
@@ -88,6 +90,8 @@ class FakeQueue:
         kinds: Sequence[str] | None = None,
     ) -> Cycle:
         await self._enter("cycle")
+        if self.claim_limit is not None and limit > self.claim_limit:
+            raise psycopg.errors.QueryCanceled("canceling statement due to statement timeout")
         done, written = self._settle(succeeded, failures, worker)
         claimed = self._claim(worker, limit, kinds, orphans=False)
         return Cycle(done, written, claimed)

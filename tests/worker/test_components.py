@@ -236,3 +236,18 @@ async def test_job_events_are_the_same_as_on_a_real_server() -> None:
     )
     assert fake.jobs[bad].last_error.startswith("ValueError: no")  # type: ignore[union-attr]
     assert timedelta(0) < WorkerSettings().visibility_timeout
+
+
+async def test_claims_cancelled_by_the_server_ask_for_fewer_jobs(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    fake = FakeQueue()
+    ids = fake.add(n=50)
+    fake.claim_limit = 10
+    w = worker(fake, {"k": lambda job: None}, batch_size=64)
+    with anyio.fail_after(PATIENCE):
+        await w.run(until_empty=True)
+    assert sorted(fake.succeeded) == ids
+    # 64 -> 32 -> 16 -> 8: three cancelled claims, then claims of 8 go through.
+    assert caplog.text.count("claim was cancelled by the server") == 3
+    assert "claiming at most 8 jobs at a time" in caplog.text

@@ -21,6 +21,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import anyio
+import psycopg
+import psycopg.errors
 
 from ...core.jobs import Job
 from ...core.ledger import Ledger
@@ -71,6 +73,7 @@ class Fetcher:
         self._alone = False  # an orphan is held or running: claim nothing else
         self._next_orphan_look = anyio.current_time() + settings.reap_interval
         self._errors = 0
+        self._limit = settings.batch_size  # jobs per claim; halved when the server cancels one
         # Set by a claim that found nothing with no other in flight: whether
         # nothing was held either (the queue is drained).
         self._found_nothing: bool | None = None
@@ -130,7 +133,7 @@ class Fetcher:
         runners ran dry waiting last time)."""
         if self._alone or self._in_flight >= MAX_CLAIMS_IN_FLIGHT:
             return False
-        batch = self.settings.batch_size
+        batch = self._limit
         target = self.runners.low_water + (batch if self._starved else 0)
         return self.ledger.unstarted + self._in_flight * batch <= target
 
@@ -144,10 +147,10 @@ class Fetcher:
             # Shielded: a claim that committed is never dropped on the floor
             # (unless a stop finds it still waiting after the grace period).
             with self._shielded():
-                jobs, carried = await self.completer.cycle(
-                    self.settings.batch_size, self.settings.kinds
-                )
+                jobs, carried = await self.completer.cycle(self._limit, self.settings.kinds)
         except DATABASE_ERRORS as exc:
+            if isinstance(exc, psycopg.errors.QueryCanceled) and self._smaller_claims():
+                self._errors = 0  # a smaller claim is a new try, not a repeat
             # Still counted in flight while it backs off: no other claim meanwhile.
             await self._pause("claim", exc)
             self._in_flight -= 1
@@ -217,6 +220,18 @@ class Fetcher:
                 await self.progress.wait()
         finally:
             self._alone = False
+
+    def _smaller_claims(self) -> bool:
+        """A claim cancelled by the server (a role's ``statement_timeout``): the
+        next ones ask for half as many jobs, down to one, for the rest of the run;
+        False if they were down to one already."""
+        if self._limit == 1:
+            return False
+        self._limit //= 2
+        log.warning("worker %s: a claim was cancelled by the server (statement_timeout?); "
+                    "claiming at most %d jobs at a time from now on", self.settings.name,
+                    self._limit)  # fmt: skip
+        return True
 
     async def _pause(self, what: str, exc: BaseException) -> None:
         self._errors += 1

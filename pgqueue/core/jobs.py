@@ -73,6 +73,10 @@ class JobStatus(enum.StrEnum):
         return self.value
 
 
+# JobStatus by value, without an Enum call per row read.
+_STATUSES: dict[str, JobStatus] = {s.value: s for s in JobStatus}
+
+
 @dataclass(frozen=True, slots=True)
 class Job:
     """One job as read from the table; what a handler receives."""
@@ -109,7 +113,7 @@ class Job:
             payload=row["payload"],
             attempts=row["attempts"],
             max_attempts=row["max_attempts"],
-            status=JobStatus(row["status"]),
+            status=_STATUSES[row["status"]],
             run_at=datetime.fromisoformat(row["run_at"]),
             last_error=row["last_error"],
             locked_by=row["locked_by"],
@@ -128,7 +132,7 @@ class Job:
             payload=payload,
             attempts=attempts,
             max_attempts=max_attempts,
-            status=JobStatus(status),
+            status=_STATUSES[status],
             run_at=run_at,
             last_error=last_error,
             locked_by=locked_by,

@@ -149,6 +149,14 @@ class Ledger(Generic[O]):
             self._unstarted.popleft()
         return None
 
+    def start_next(self) -> Job | None:
+        """(Runners.) Begin the first claimed job no runner has; None if there is none."""
+        job = self.next_unstarted()
+        if job is not None:
+            self._move(job.id, Move.START)
+            self._unstarted.popleft()
+        return job
+
     def start(self, job_id: int) -> Job:
         """(Runners.) A runner begins the job."""
         entry = self._move(job_id, Move.START)

@@ -18,19 +18,23 @@ class Wakeup:
 
     def __init__(self) -> None:
         self._event = anyio.Event()
+        self._set = False  # mirrors the event: a set per job costs one test
 
     def set(self) -> None:
-        self._event.set()
+        if not self._set:
+            self._set = True
+            self._event.set()
 
     def clear(self) -> None:
         """Forget a `set` not waited for yet (before looking, so that no later set is lost)."""
-        if self._event.is_set():
+        if self._set:
+            self._set = False
             self._event = anyio.Event()
 
     async def wait(self) -> None:
         """Return once set, and consume the set."""
         await self._event.wait()
-        self._event = anyio.Event()
+        self.clear()
 
     async def wait_for(self, seconds: float) -> bool:
         """`wait`, for at most ``seconds``; True if it was set."""

@@ -112,9 +112,9 @@ class Runners:
             # No checkpoint from here to _run_one: a job is always either
             # claimed (to release) or running (to record).
             if self._plain(job):
-                await self._run_chunk(self._take_chunk(job))
+                await self._run_chunk(self._take_chunk())
                 continue
-            self.ledger.start(job.id)
+            self.ledger.start_next()
             if self._check_low_water():
                 # Let the fetcher send its claim before this runner goes on.
                 await anyio.lowlevel.checkpoint()
@@ -140,15 +140,17 @@ class Runners:
             )
         return plain
 
-    def _take_chunk(self, first: Job) -> Chunk:
-        # A fair share of the batch, so that every runner (thread) gets work.
+    def _take_chunk(self) -> Chunk:
+        """The next plain jobs, begun: a fair share of the batch, so that every
+        runner (thread) gets work."""
         share = max(1, self.settings.batch_size // self.settings.concurrency)
-        jobs = [self.ledger.start(first.id)]
+        jobs: list[Job] = []
         while len(jobs) < share:
             job = self.ledger.next_unstarted()
             if job is None or not self._plain(job):
                 break
-            jobs.append(self.ledger.start(job.id))
+            self.ledger.start_next()
+            jobs.append(job)
         self._check_low_water()
         return Chunk(jobs)
 

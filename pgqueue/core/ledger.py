@@ -43,36 +43,35 @@ class Phase(enum.StrEnum):  # str-hashed: looked up several times per job
 
 
 class Move(enum.StrEnum):
-    START = "start"  # a runner begins it
-    HOLD = "hold"  # kept back to run alone
-    UNHOLD = "unhold"  # its turn to run alone has come
-    FINISH = "finish"  # its outcome is decided (also: released, interrupted)
-    RELEASE = "release"  # given back unstarted
-    WRITE = "write"  # its outcome goes into a statement
-    UNWRITE = "unwrite"  # that statement failed: to be written again
-    RECORD = "record"  # that statement returned
-    LOSE = "lose"  # the database says the lease is gone
+    """What happens to a job: a runner begins it (START); it is kept back to
+    run alone (HOLD) until its turn (UNHOLD); its outcome is decided
+    (FINISH), also when it is given back unstarted (RELEASE); the outcome
+    goes into a statement (WRITE), which fails (UNWRITE) or returns
+    (RECORD); or the database says the lease is gone (LOSE)."""
+
+    START = enum.auto()
+    HOLD = enum.auto()
+    UNHOLD = enum.auto()
+    FINISH = enum.auto()
+    RELEASE = enum.auto()
+    WRITE = enum.auto()
+    UNWRITE = enum.auto()
+    RECORD = enum.auto()
+    LOSE = enum.auto()
 
 
 _C, _H, _R, _L = Phase.CLAIMED, Phase.HELD, Phase.RUNNING, Phase.LOST
 _D, _W, _REC, _F = Phase.DONE, Phase.WRITING, Phase.RECORDED, Phase.FORGOTTEN
 
-# Every legal move: (phase, move) -> next phase.
+# Every legal move: (phase, move) -> next phase, by the phase it leaves.
 MOVES: Final[dict[tuple[Phase, Move], Phase]] = {
-    (_C, Move.START): _R,
-    (_C, Move.HOLD): _H,
-    (_H, Move.UNHOLD): _C,
-    (_C, Move.RELEASE): _D,
-    (_H, Move.RELEASE): _D,
-    (_R, Move.FINISH): _D,
-    (_D, Move.WRITE): _W,
-    (_W, Move.UNWRITE): _D,
-    (_W, Move.RECORD): _REC,
-    (_C, Move.LOSE): _F,
-    (_H, Move.LOSE): _F,
-    (_R, Move.LOSE): _L,
+    (_C, Move.START): _R, (_C, Move.HOLD): _H, (_C, Move.RELEASE): _D, (_C, Move.LOSE): _F,
+    (_H, Move.UNHOLD): _C, (_H, Move.RELEASE): _D, (_H, Move.LOSE): _F,
+    (_R, Move.FINISH): _D, (_R, Move.LOSE): _L,
     (_L, Move.FINISH): _F,
-}
+    (_D, Move.WRITE): _W,
+    (_W, Move.UNWRITE): _D, (_W, Move.RECORD): _REC,
+}  # fmt: skip
 
 # The same table by move, for the worker's hot path (a few moves per job).
 _NEXT: Final[dict[Move, dict[Phase, Phase]]] = {

@@ -48,15 +48,9 @@ class WorkerQueue(Protocol):
     @property
     def table(self) -> str: ...
 
-    async def cycle(
-        self,
-        succeeded: Sequence[int],
-        failures: Sequence[Failure],
-        *,
-        worker: str,
-        limit: int,
-        kinds: Sequence[str] | None = None,
-    ) -> Cycle: ...
+    async def cycle(  # a worker's turn: see `AsyncQueue.cycle`
+        self, succeeded: Sequence[int], failures: Sequence[Failure], *, worker: str, limit: int,
+        kinds: Sequence[str] | None = None) -> Cycle: ...  # fmt: skip
 
     async def settle(
         self, succeeded: Sequence[int], failures: Sequence[Failure], *, worker: str

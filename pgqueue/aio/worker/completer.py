@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import anyio
 
@@ -29,30 +30,23 @@ __all__ = ["Completer"]
 log = logging.getLogger("pgqueue.worker")
 
 
+@dataclass(eq=False)
 class Completer:
     """Owner of every write of an outcome (the ledger's DONE -> WRITING ->
-    RECORDED moves). ``_ready`` is set by `add` and waited on by `run`;
-    ``progress`` (shared) is notified when outcomes are recorded."""
+    RECORDED moves)."""
 
-    def __init__(
-        self,
-        queue: WorkerQueue,
-        calls: Calls,
-        ledger: Ledger[Outcome],
-        reporter: Reporter,
-        progress: Broadcast,
-        *,
-        worker: str,
-    ) -> None:
-        self.queue = queue
-        self.core: QueueCore = queue.core
-        self.calls = calls
-        self.ledger = ledger
-        self.reporter = reporter
-        self.progress = progress
-        self.worker = worker
-        self._ready = Wakeup()
-        self._takes = 0  # statements that took outcomes so far (`run` reads it)
+    queue: WorkerQueue
+    calls: Calls
+    ledger: Ledger[Outcome]
+    reporter: Reporter
+    progress: Broadcast  # notified here when outcomes are recorded (or go back to wait)
+    worker: str
+    _ready: Wakeup = field(default_factory=Wakeup, init=False)  # set by `_add`, waited on by `run`
+    _takes: int = field(default=0, init=False)  # statements that took outcomes (`run` reads it)
+
+    @property
+    def core(self) -> QueueCore:
+        return self.queue.core
 
     # -- what runners call -------------------------------------------------------
 

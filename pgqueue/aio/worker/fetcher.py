@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 import anyio
 import psycopg
@@ -40,45 +41,37 @@ log = logging.getLogger("pgqueue.worker")
 MAX_CLAIMS_IN_FLIGHT = 2
 
 
+@dataclass(eq=False)
 class Fetcher:
     """Owner of the claims: how many are in flight, when to send the next,
-    when to look for orphans. ``wakeup`` is set by the notifier and the
-    reaper; ``demand`` by the runners; ``progress`` is notified by the
-    runners and the completer."""
+    when to look for orphans. Every field below the shared ones is written
+    here only."""
 
-    def __init__(
-        self,
-        settings: WorkerSettings,
-        queue: WorkerQueue,
-        calls: Calls,
-        ledger: Ledger[Outcome],
-        completer: Completer,
-        runners: Runners,
-        reporter: Reporter,
-        demand: Wakeup,
-        progress: Broadcast,
-    ) -> None:
-        self.settings = settings
-        self.queue = queue
-        self.calls = calls
-        self.ledger = ledger
-        self.completer = completer
-        self.runners = runners
-        self.reporter = reporter
-        self.demand = demand
-        self.progress = progress
-        self.wakeup = Wakeup()
-        self._in_flight = 0
-        self._starved = False  # the runners ran dry waiting for the last claim
-        self._alone = False  # an orphan is held or running: claim nothing else
-        self._next_orphan_look = anyio.current_time() + settings.reap_interval
-        self._errors = 0
-        self._limit = settings.batch_size  # jobs per claim; halved when the server cancels one
-        # Set by a claim that found nothing with no other in flight: whether
-        # nothing was held either (the queue is drained).
-        self._found_nothing: bool | None = None
-        self._shields: set[anyio.CancelScope] = set()  # claims in flight, shielded
-        self._cut_at: float | None = None  # when a stop gives up on claims in flight
+    settings: WorkerSettings
+    queue: WorkerQueue
+    calls: Calls
+    ledger: Ledger[Outcome]
+    completer: Completer
+    runners: Runners
+    reporter: Reporter
+    demand: Wakeup  # set by the runners at their low-water mark, and by claims as they land
+    progress: Broadcast  # notified by the runners and the completer
+    wakeup: Wakeup = field(default_factory=Wakeup)  # set by the notifier and the reaper
+    _in_flight: int = field(default=0, init=False)
+    _starved: bool = field(default=False, init=False)  # the runners ran dry waiting last time
+    _alone: bool = field(default=False, init=False)  # an orphan is held or running
+    _errors: int = field(default=0, init=False)  # database errors in a row
+    _limit: int = field(default=0, init=False)  # jobs per claim; halved when the server cancels one
+    _next_orphan_look: float = field(default=0.0, init=False)
+    # Set by a claim that found nothing with no other in flight: whether
+    # nothing was held either (the queue is drained).
+    _found_nothing: bool | None = field(default=None, init=False)
+    _shields: set[anyio.CancelScope] = field(default_factory=set, init=False)  # claims in flight
+    _cut_at: float | None = field(default=None, init=False)  # when a stop gives up on claims
+
+    def __post_init__(self) -> None:
+        self._limit = self.settings.batch_size
+        self._next_orphan_look = anyio.current_time() + self.settings.reap_interval
 
     @contextmanager
     def _shielded(self) -> Iterator[None]:
@@ -134,7 +127,9 @@ class Fetcher:
         if self._alone or self._in_flight >= MAX_CLAIMS_IN_FLIGHT:
             return False
         batch = self._limit
-        target = self.runners.low_water + (batch if self._starved else 0)
+        target = self.runners.low_water + (
+            batch * (MAX_CLAIMS_IN_FLIGHT - 1) if self._starved else 0
+        )
         return self.ledger.unstarted + self._in_flight * batch <= target
 
     async def _claim(self) -> None:

@@ -12,6 +12,7 @@ await): the leases were at risk, and the log says which jobs ran then.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 import anyio
 
@@ -24,16 +25,14 @@ __all__ = ["LeaseKeeper"]
 log = logging.getLogger("pgqueue.worker")
 
 
+@dataclass(eq=False)
 class LeaseKeeper:
     """Owner of the heartbeat; moves lost jobs in the ledger (LOSE) and nothing else."""
 
-    def __init__(
-        self, settings: WorkerSettings, queue: WorkerQueue, calls: Calls, ledger: Ledger[Outcome]
-    ) -> None:
-        self.settings = settings
-        self.queue = queue
-        self.calls = calls
-        self.ledger = ledger
+    settings: WorkerSettings
+    queue: WorkerQueue
+    calls: Calls
+    ledger: Ledger[Outcome]
 
     async def run(self) -> None:
         interval = self.settings.heartbeat_interval

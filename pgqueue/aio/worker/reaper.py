@@ -8,6 +8,7 @@ jobs, the fetcher is told to look for orphans at once.
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 
 import anyio
 
@@ -20,22 +21,15 @@ from .reporter import Reporter
 __all__ = ["Reaper"]
 
 
+@dataclass(eq=False)
 class Reaper:
     """Owns nothing but its loop."""
 
-    def __init__(
-        self,
-        settings: WorkerSettings,
-        queue: WorkerQueue,
-        calls: Calls,
-        reporter: Reporter,
-        fetcher: Fetcher,
-    ) -> None:
-        self.settings = settings
-        self.queue = queue
-        self.calls = calls
-        self.reporter = reporter
-        self.fetcher = fetcher
+    settings: WorkerSettings
+    queue: WorkerQueue
+    calls: Calls
+    reporter: Reporter
+    fetcher: Fetcher
 
     async def run(self) -> None:
         interval = self.settings.reap_interval

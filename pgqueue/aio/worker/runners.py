@@ -9,6 +9,7 @@ else; its outcome goes to the completer.
 from __future__ import annotations
 
 from contextlib import nullcontext
+from dataclasses import dataclass, field
 from time import perf_counter
 
 import anyio
@@ -34,38 +35,32 @@ from .flags import Broadcast, Wakeup
 __all__ = ["Runners"]
 
 
+@dataclass(eq=False)
 class Runners:
     """Owner of the runner tasks, their thread chunks and their cancel scope.
 
-    Reads the ledger's unstarted jobs and moves them to RUNNING; ``work``
-    is notified by `hand_out` and `close`; ``demand`` (the fetcher's) is set
-    when few enough jobs are left unstarted.
+    Moves ledger jobs from CLAIMED to RUNNING, and hands their outcomes to
+    the completer. Every field below the shared ones is written here only.
     """
 
-    def __init__(
-        self,
-        settings: WorkerSettings,
-        handlers: Handlers,
-        ledger: Ledger[Outcome],
-        completer: Completer,
-        demand: Wakeup,
-        *,
-        timed: bool,
-    ) -> None:
-        self.settings = settings
-        self.handlers = handlers
-        self.ledger = ledger
-        self.completer = completer
-        self.demand = demand
-        self.timed = timed  # run times are for listeners only
-        self.low_water = settings.batch_size // 2
-        self._work = Broadcast()
-        self._closed = False
-        self._chunks: set[Chunk] = set()
-        self._limiter = anyio.CapacityLimiter(settings.concurrency)
-        self._scope: anyio.CancelScope | None = None
-        self._asked = False  # the fetcher was told of the low-water mark since the last batch
-        self._plain_kinds: dict[str, bool] = {}  # kind -> `_plain`, worked out once a run
+    settings: WorkerSettings
+    handlers: Handlers
+    ledger: Ledger[Outcome]
+    completer: Completer
+    demand: Wakeup  # the fetcher's: set once a batch at the low-water mark
+    timed: bool  # run times are for listeners only
+    low_water: int = field(default=0, init=False)
+    _work: Broadcast = field(default_factory=Broadcast, init=False)  # jobs handed out, or closed
+    _closed: bool = field(default=False, init=False)
+    _asked: bool = field(default=False, init=False)  # `demand` set since the last batch
+    _chunks: set[Chunk] = field(default_factory=set, init=False)  # running in threads
+    _plain_kinds: dict[str, bool] = field(default_factory=dict, init=False)  # kind -> `_plain`
+    _limiter: anyio.CapacityLimiter = field(init=False)
+    _scope: anyio.CancelScope | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        self.low_water = self.settings.batch_size // 2
+        self._limiter = anyio.CapacityLimiter(self.settings.concurrency)
 
     def hand_out(self, jobs: list[Job]) -> None:
         """(Fetcher.) Claimed jobs for the runners, in claim order."""

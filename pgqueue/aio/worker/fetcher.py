@@ -148,12 +148,10 @@ class Fetcher:
                 self._errors = 0  # a smaller claim is a new try, not a repeat
             # Still counted in flight while it backs off: no other claim meanwhile.
             await self._pause("claim", exc)
-            self._in_flight -= 1
-            self.demand.set()
+            self._landed()
             return
-        self._in_flight -= 1
+        self._landed()
         self._errors = 0
-        self.demand.set()
         if jobs:
             # Ran dry waiting: claim earlier. Plenty left: claim later.
             if self.ledger.unstarted == 0:
@@ -168,6 +166,12 @@ class Fetcher:
             # Outcomes recorded by that very statement (a failure due again at
             # once, say) were invisible to its claim: no proof of an empty queue.
             self._found_nothing = quiet and not carried and not self.ledger.outcomes_pending()
+
+    def _landed(self) -> None:
+        """A claim is no longer in flight: the loop and a held orphan look again."""
+        self._in_flight -= 1
+        self.demand.set()
+        self.progress.notify()
 
     async def _orphans_first(self) -> bool:
         """Once a reap interval (or when the reaper asks), a busy worker runs

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 
 import anyio
@@ -26,7 +26,7 @@ import psycopg
 import psycopg.errors
 
 from ...core.jobs import Job
-from ...core.ledger import Ledger
+from ...core.ledger import Ledger, Phase
 from ...core.worker import RETRY_BACKOFF, Outcome, WorkerSettings
 from .calls import DATABASE_ERRORS, Calls, WorkerQueue
 from .completer import Completer
@@ -71,7 +71,8 @@ class Fetcher:
 
     def __post_init__(self) -> None:
         self._limit = self.settings.batch_size
-        self._next_orphan_look = anyio.current_time() + self.settings.reap_interval
+        # A worker (re)started after a crash looks at once: the orphans may be its own.
+        self._next_orphan_look = anyio.current_time()
 
     @contextmanager
     def _shielded(self) -> Iterator[None]:
@@ -216,7 +217,12 @@ class Fetcher:
                         job.id, job.kind)  # fmt: skip
             self.runners.unhold(job)
             while self.ledger.busy():
-                await self.progress.wait()
+                if self.ledger.count(Phase.DONE):
+                    # No claim will carry its outcome: write it now, not after the linger.
+                    with suppress(*DATABASE_ERRORS):  # the completer retries it
+                        await self.completer.write()
+                else:
+                    await self.progress.wait()
         finally:
             self._alone = False
 

@@ -15,6 +15,18 @@ pool: a ``psycopg_pool.ConnectionPool`` of that size passed to the queue
 (asyncio, whose ``AsyncConnectionPool`` cannot be opened before the loop
 runs; ``REL_ASYNC_LOOP`` says which loop the process runs);
 ``REL_POOL_TIMEOUT`` is how long a caller waits for one of its connections.
+``REL_MAX_CONNECTIONS`` caps the pool the queue opens for itself;
+``REL_CALL_TIMEOUT`` and ``REL_GRACE_PERIOD`` (seconds) and
+``REL_LISTEN_DSN`` (``listen_conninfo``) set those worker options when
+given. ``REL_RECORD_DSN`` is where handlers count their runs (default
+``PGQUEUE_DSN``): a test that breaks the worker's way to the server keeps
+the count on a way of its own.
+
+Kinds: ``count`` (count, return), ``poison`` (count, then ``os._exit``),
+``sleep`` (count, then sleep ``payload["seconds"]``, in a thread for the
+sync worker, awaiting for the async one) and, for the async worker only,
+``block`` (count, then ``time.sleep(payload["seconds"])`` on the event
+loop: the blocking handler the docs warn about).
 
 A handler counts its execution with an ``INSERT`` on a connection of its
 own, in autocommit: the row exists once the handler has run, whatever
@@ -38,6 +50,7 @@ from psycopg_pool import ConnectionPool
 import pgqueue
 
 DSN = os.environ["PGQUEUE_DSN"]
+RECORD_DSN = os.environ.get("REL_RECORD_DSN", DSN)
 TABLE = os.environ["PGQUEUE_TABLE"]
 EXECUTIONS = sql.Identifier(os.environ.get("REL_EXECUTIONS", f"{TABLE}_executions"))
 BACKEND = os.environ.get("REL_BACKEND", "?")
@@ -51,6 +64,15 @@ OPTIONS: dict[str, Any] = {
     "visibility_timeout": timedelta(seconds=float(os.environ.get("REL_VISIBILITY_TIMEOUT", "300"))),
     "name": f"{BACKEND}:{os.getpid()}",
 }
+if "REL_CALL_TIMEOUT" in os.environ:
+    OPTIONS["call_timeout"] = float(os.environ["REL_CALL_TIMEOUT"])
+if "REL_LISTEN_DSN" in os.environ:
+    OPTIONS["listen_conninfo"] = os.environ["REL_LISTEN_DSN"]
+if "REL_GRACE_PERIOD" in os.environ:
+    OPTIONS["grace_period"] = float(os.environ["REL_GRACE_PERIOD"])
+QUEUE_OPTIONS: dict[str, Any] = {}
+if "REL_MAX_CONNECTIONS" in os.environ:
+    QUEUE_OPTIONS["max_connections"] = int(os.environ["REL_MAX_CONNECTIONS"])
 
 INSERT = sql.SQL(
     "INSERT INTO {} (job_id, attempts, pid, backend, worker, run_at, created_at, client_time)"
@@ -67,7 +89,7 @@ def record(job: pgqueue.Job) -> None:
         conn: psycopg.Connection[Any] | None = getattr(_local, "conn", None)
         try:
             if conn is None or conn.closed:
-                conn = _local.conn = psycopg.connect(DSN, autocommit=True)
+                conn = _local.conn = psycopg.connect(RECORD_DSN, autocommit=True)
             conn.execute(
                 INSERT,
                 (
@@ -100,8 +122,24 @@ def poison(job: pgqueue.Job) -> None:
     os._exit(3)
 
 
+def sleep(job: pgqueue.Job) -> None:
+    record(job)
+    time.sleep(job.payload["seconds"])
+
+
 async def count_async(job: pgqueue.Job) -> None:
     await anyio.to_thread.run_sync(record, job)
+
+
+async def sleep_async(job: pgqueue.Job) -> None:
+    await anyio.to_thread.run_sync(record, job)
+    await anyio.sleep(job.payload["seconds"])
+
+
+async def block_async(job: pgqueue.Job) -> None:
+    """Count the execution, then hold the event loop (the mistake the worker warns of)."""
+    await anyio.to_thread.run_sync(record, job)
+    time.sleep(job.payload["seconds"])  # noqa: ASYNC251 - on purpose
 
 
 async def poison_async(job: pgqueue.Job) -> None:
@@ -125,15 +163,17 @@ def _pool() -> ConnectionPool | None:
 
 
 _small = _pool()
-queue = pgqueue.Queue(_small or DSN, table=TABLE)
-worker = pgqueue.Worker(queue, {"count": count, "poison": poison}, **OPTIONS)
+queue = pgqueue.Queue(_small or DSN, table=TABLE, **QUEUE_OPTIONS)
+worker = pgqueue.Worker(queue, {"count": count, "poison": poison, "sleep": sleep}, **OPTIONS)
 
 if _small is not None and os.environ.get("REL_ASYNC_LOOP") == "asyncio":
     async_queue = pgqueue.AsyncQueue(
         DSN, table=TABLE, max_connections=int(os.environ["REL_POOL_SIZE"])
     )
 else:
-    async_queue = pgqueue.AsyncQueue(_small or DSN, table=TABLE)
+    async_queue = pgqueue.AsyncQueue(_small or DSN, table=TABLE, **QUEUE_OPTIONS)
 async_worker = pgqueue.AsyncWorker(
-    async_queue, {"count": count_async, "poison": poison_async}, **OPTIONS
+    async_queue,
+    {"count": count_async, "poison": poison_async, "sleep": sleep_async, "block": block_async},
+    **OPTIONS,
 )

@@ -243,9 +243,18 @@ class Fleet:
         return ids
 
     def start(
-        self, backend: str, *args: str, launcher: tuple[str, ...] = ("-m", "pgqueue"), **env: str
+        self,
+        backend: str,
+        *args: str,
+        launcher: tuple[str, ...] = ("-m", "pgqueue"),
+        dsn: str | None = None,
+        **env: str,
     ) -> Worker:
-        """``pgqueue worker`` for ``backend`` in a session of its own; killed at teardown."""
+        """``pgqueue worker`` for ``backend`` in a session of its own; killed at teardown.
+
+        The worker connects with ``dsn`` (another role, a proxy), the fleet's
+        by default; its handlers count their runs on the fleet's own.
+        """
         n = len(self.workers) + 1
         log = self.tmp_path / f"worker-{n}-{backend}.log"
         application_name = f"pgqueue-reliability-{n}"
@@ -255,7 +264,10 @@ class Fleet:
                 cwd=ROOT,
                 env={
                     **self.env,
-                    "PGQUEUE_DSN": make_conninfo(self.dsn, application_name=application_name),
+                    "PGQUEUE_DSN": make_conninfo(
+                        dsn or self.dsn, application_name=application_name
+                    ),
+                    "REL_RECORD_DSN": self.dsn,
                     "REL_BACKEND": backend,
                     "REL_ASYNC_LOOP": "trio" if backend == "trio" else "asyncio",
                     **env,

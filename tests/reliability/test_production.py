@@ -17,6 +17,7 @@ stated in docs/reliability.md: a liveness deadline, never a speed target.
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import time
@@ -167,3 +168,111 @@ def test_worker_whose_listen_is_refused_polls_from_the_start_and_listens_once_al
         stop_s=stopped,
         log_line=line.split(": ", 1)[-1],
     )
+
+
+# -- 12. started while the database refuses connections -------------------------------------
+
+BACKENDS = ("sync", "asyncio", "trio")
+# Longer than psycopg_pool's 30 s wait for a connection, which once ended a start.
+REFUSED_FOR = 35.0
+# From the first connection the proxy accepts to a worker's first job: the
+# pool reconnects on psycopg_pool's own backoff (1 s doubling, whatever the
+# worker's), so the next attempt may come about as long after the outage
+# as the outage lasted; then a claim, and the worker's retry backoff.
+FIRST_JOB_BOUND = REFUSED_FOR + 30.0
+GRACE = 5.0
+# A stop while every connection is refused: the grace period, or the end of
+# the claim's wait for a connection (psycopg_pool's 30 s) where that claim
+# waits in a thread (sync, trio), and some slack.
+REFUSED_STOP_BOUND = GRACE + 30.0 + 15.0
+RETRY_LINE = re.compile(r"claim failed \(.*\); retrying in [\d.]+s")
+
+
+def executed_by(fleet: Fleet, worker: Worker) -> bool:
+    return bool(fleet.execute("SELECT 1 FROM {executions} WHERE pid = %s LIMIT 1", worker.pid))
+
+
+def exits(
+    fleet: Fleet, workers: dict[str, Worker], since_: float, bound: float
+) -> dict[str, float]:
+    """Wait for every worker to exit 0, at most ``bound`` seconds after
+    ``since_``; return the seconds each took."""
+    took: dict[str, float] = {}
+
+    def all_exited() -> bool:
+        for key, w in workers.items():
+            if key not in took and not w.alive():
+                took[key] = since(since_)
+                assert w.proc.returncode == 0, f"{w.name} exited {w.proc.returncode}"
+        assert time.monotonic() - since_ < bound, f"still running after {bound}s: " + ", ".join(
+            w.name for key, w in workers.items() if key not in took
+        )
+        return len(took) == len(workers)
+
+    fleet.wait_until(all_exited, "the workers to exit")
+    return took
+
+
+def test_workers_started_while_the_database_refuses_connections_work_once_it_accepts(
+    fleet: Fleet, proxy: Proxy, report: Report
+) -> None:
+    proxy.refuse()
+    ids = fleet.enqueue(30, "sleep")
+    env = {"REL_CONCURRENCY": "1", "REL_BATCH_SIZE": "1", "REL_POLL_INTERVAL": "0.5",
+           "REL_GRACE_PERIOD": str(GRACE)}  # fmt: skip
+    started = time.monotonic()
+    workers = {b: fleet.start(b, dsn=proxy.dsn(), **env) for b in BACKENDS}
+    quitters = {b: fleet.start(b, dsn=proxy.dsn(), **env) for b in BACKENDS}
+
+    # A SIGTERM while every connection is refused, once the claim is seen stuck.
+    for w in quitters.values():
+        fleet.wait_until(logged(w, "claim waiting on the database"), "a stuck claim", alive=[w])
+    signalled = time.monotonic()
+    for w in quitters.values():
+        w.proc.send_signal(signal.SIGTERM)
+    stops = exits(fleet, quitters, signalled, REFUSED_STOP_BOUND)
+
+    def refused_long_enough() -> bool:
+        return time.monotonic() - started >= REFUSED_FOR and all(
+            RETRY_LINE.search(w.output()) for w in workers.values()
+        )
+
+    alive = list(workers.values())
+    fleet.wait_until(refused_long_enough, f"{REFUSED_FOR}s of refusals", alive=alive)
+    assert fleet.executed() == 0
+    refused = since(started)
+    proxy.refuse(False)
+    accepted = time.monotonic()
+    first_job: dict[str, float] = {}
+
+    def each_ran_one() -> bool:
+        for b, w in workers.items():
+            if b not in first_job and executed_by(fleet, w):
+                first_job[b] = since(accepted)
+        if fleet.count("status = 'pending'") < 5:  # work for whoever comes late
+            ids.extend(fleet.enqueue(10, "sleep", start=len(ids)))
+        return len(first_job) == len(workers)
+
+    fleet.wait_until(each_ran_one, "every worker's first job", alive=alive)
+    fleet.wait_until(fleet.drained, "every job to succeed", alive=alive)
+    fleet.stop(*alive)
+
+    tally = fleet.tally(ids)
+    assert tally.lost == set()
+    for b, w in workers.items():
+        assert first_job[b] < FIRST_JOB_BOUND, (b, first_job)
+        assert "PoolClosed" not in w.output()
+        match = RETRY_LINE.search(w.output())
+        assert match is not None
+        report.add(
+            "12. started while the database refuses connections",
+            b,
+            load=f"{len(ids)} jobs, 1 process x 1 (+1 stopped while refused)",
+            faults=f"every connection refused for {refused:.0f}s from start (the proxy)",
+            jobs=len(ids),
+            lost=len(tally.lost),
+            duplicates=tally.duplicates,
+            first_job_s=first_job[b],
+            refused_stop_s=stops[b],
+            log_line=match.group(0),
+        )

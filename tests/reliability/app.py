@@ -23,10 +23,11 @@ given. ``REL_RECORD_DSN`` is where handlers count their runs (default
 the count on a way of its own.
 
 Kinds: ``count`` (count, return), ``poison`` (count, then ``os._exit``),
-``sleep`` (count, then sleep ``payload["seconds"]``, in a thread for the
-sync worker, awaiting for the async one) and, for the async worker only,
-``block`` (count, then ``time.sleep(payload["seconds"])`` on the event
-loop: the blocking handler the docs warn about).
+``sleep`` (count, then sleep ``payload["seconds"]``, or on a later attempt
+``payload["retry_seconds"]`` if given, 0.3 s if the payload is no object:
+in a thread for the sync worker, awaiting for the async one)
+and, for the async worker only, ``block`` (count, then ``time.sleep`` as
+long on the event loop: the blocking handler the docs warn about).
 
 A handler counts its execution with an ``INSERT`` on a connection of its
 own, in autocommit: the row exists once the handler has run, whatever
@@ -122,9 +123,19 @@ def poison(job: pgqueue.Job) -> None:
     os._exit(3)
 
 
+def seconds(job: pgqueue.Job) -> float:
+    """How long a sleep or block job takes: its payload's ``seconds`` (on a
+    later attempt ``retry_seconds``, if given), or 0.3 s."""
+    if not isinstance(job.payload, dict):
+        return 0.3
+    if job.attempts > 1 and "retry_seconds" in job.payload:
+        return float(job.payload["retry_seconds"])
+    return float(job.payload["seconds"])
+
+
 def sleep(job: pgqueue.Job) -> None:
     record(job)
-    time.sleep(job.payload["seconds"])
+    time.sleep(seconds(job))
 
 
 async def count_async(job: pgqueue.Job) -> None:
@@ -133,13 +144,13 @@ async def count_async(job: pgqueue.Job) -> None:
 
 async def sleep_async(job: pgqueue.Job) -> None:
     await anyio.to_thread.run_sync(record, job)
-    await anyio.sleep(job.payload["seconds"])
+    await anyio.sleep(seconds(job))
 
 
 async def block_async(job: pgqueue.Job) -> None:
     """Count the execution, then hold the event loop (the mistake the worker warns of)."""
     await anyio.to_thread.run_sync(record, job)
-    time.sleep(job.payload["seconds"])  # noqa: ASYNC251 - on purpose
+    time.sleep(seconds(job))  # noqa: ASYNC251 - on purpose
 
 
 async def poison_async(job: pgqueue.Job) -> None:

@@ -242,6 +242,11 @@ class Fleet:
                 ids += q.enqueue_many([(kind, i) for i in range(first, last)])
         return ids
 
+    def enqueue_specs(self, jobs: list[tuple[str, Any]]) -> list[int]:
+        """Jobs of the given kinds and payloads."""
+        with pgqueue.Queue(self.dsn, table=self.table) as q:
+            return q.enqueue_many(jobs)
+
     def start(
         self,
         backend: str,

@@ -364,3 +364,90 @@ def test_half_open_connections_cost_a_call_timeout_and_lose_no_job(
         stop_s=stopped,
         log_line=line.split(": ", 1)[-1],
     )
+
+
+# -- 14. SIGTERM while the database is unreachable ------------------------------------------
+
+STOP_GRACE = 2.0
+FLUSH_DEADLINE = 10.0  # pgqueue.core.worker.FLUSH_DEADLINE
+STOP_LEASE = 5.0
+# run() returns after the grace period and at most FLUSH_DEADLINE of trying
+# to write; 15 s of slack for a busy machine and the process's own exit.
+UNREACHABLE_STOP_BOUND = STOP_GRACE + FLUSH_DEADLINE + 15.0
+# A second SIGTERM: the jobs are interrupted at once; the outcomes then get
+# at most the flush deadline.
+SECOND_SIGNAL_BOUND = FLUSH_DEADLINE + 15.0
+# Jobs whose outcome was never written run again once their lease expires
+# and a reaper returns them (one reap interval, lease / 2), one by one.
+COME_BACK_BOUND = 2 * STOP_LEASE + 30.0
+GAVE_UP = re.compile(r"gave up writing (\d+) outcomes after \d+s; those jobs come back when "
+                     r"their lease expires: (.*)")  # fmt: skip
+LONG_JOB = {"seconds": 60, "retry_seconds": 0}  # runs long the first time only
+
+
+def ids_named(line: str) -> set[int]:
+    """The job ids of a log line's ``12 (sleep), 13 (sleep)``."""
+    return {int(m) for m in re.findall(r"(\d+) \(\w+\)", line)}
+
+
+# Not on sync and trio yet: there the last outcomes are written from a
+# worker thread, which the flush's deadline cannot interrupt, and the
+# process waits on its silent connection for good (docs/reliability.md).
+@only("asyncio")
+def test_sigterm_while_the_database_is_unreachable_stops_in_bounded_time_and_loses_nothing(
+    fleet: Fleet, backend: str, report: Report
+) -> None:
+    env = {"REL_GRACE_PERIOD": str(STOP_GRACE), "REL_VISIBILITY_TIMEOUT": str(STOP_LEASE),
+           "REL_CONCURRENCY": "2", "REL_BATCH_SIZE": "1", "REL_CALL_TIMEOUT": "5"}  # fmt: skip
+    with Proxy(fleet.dsn) as to_a, Proxy(fleet.dsn) as to_b:
+        # A runs two long jobs; the database becomes unreachable; one SIGTERM.
+        ids = fleet.enqueue_specs([("sleep", LONG_JOB)] * 2)
+        a = fleet.start(backend, dsn=to_a.dsn(), **env)
+        fleet.wait_until(lambda: len(fleet.executions("pid = %s", a.pid)) == 2, "A's jobs",
+                         alive=[a])  # fmt: skip
+        held_by_a = set(fleet.executions("pid = %s", a.pid))
+        to_a.unreachable()
+        a.proc.send_signal(signal.SIGTERM)
+        signalled_a = time.monotonic()
+
+        # B the same (A cannot claim its jobs: it is cut off), then two SIGTERMs.
+        ids += fleet.enqueue_specs([("sleep", LONG_JOB)] * 2)
+        b = fleet.start(backend, dsn=to_b.dsn(), **env)
+        fleet.wait_until(lambda: len(fleet.executions("pid = %s", b.pid)) == 2, "B's jobs",
+                         alive=[b])  # fmt: skip
+        to_b.unreachable()
+        b.proc.send_signal(signal.SIGTERM)
+        fleet.wait_until(logged(b, "stopping gracefully"), "B's first SIGTERM", alive=[b])
+        b.proc.send_signal(signal.SIGTERM)
+        second = exits(fleet, {"b": b}, time.monotonic(), SECOND_SIGNAL_BOUND)["b"]
+        first = exits(fleet, {"a": a}, signalled_a, UNREACHABLE_STOP_BOUND)["a"]
+        # The network path closes: the server's side of every connection ends.
+    closed = time.monotonic()
+
+    match = GAVE_UP.search(a.output())
+    assert match is not None, a.output()
+    assert ids_named(match.group(2)) == held_by_a
+    assert "not waiting for running jobs" in b.output()
+
+    c = fleet.start(backend, **env)
+    timed_wait(fleet, fleet.drained, "every job to succeed", within=COME_BACK_BOUND, alive=[c])
+    back = since(closed)  # from the last stop, a new worker's start included
+    fleet.stop(c)
+    tally = fleet.tally(ids)
+    assert tally.lost == set()
+    assert tally.duplicated == set(ids)  # each ran again, after its lease
+    assert "reaped" in c.output()
+    report.add(
+        "14. SIGTERM while the database is unreachable",
+        backend,
+        load=f"{len(ids)} jobs of 60 s, 2 processes x 2, then 1 to recover",
+        faults="connections silenced and new ones refused (the proxy), then SIGTERM; "
+        "SIGTERM twice for the second process",
+        jobs=len(ids),
+        lost=len(tally.lost),
+        duplicates=tally.duplicates,
+        stop_s=first,
+        second_signal_stop_s=second,
+        back_s=back,
+        log_line=match.group(0),
+    )

@@ -27,7 +27,8 @@ Kinds: ``count`` (count, return), ``poison`` (count, then ``os._exit``),
 ``payload["retry_seconds"]`` if given, 0.3 s if the payload is no object:
 in a thread for the sync worker, awaiting for the async one)
 and, for the async worker only, ``block`` (count, then ``time.sleep`` as
-long on the event loop: the blocking handler the docs warn about).
+long on the event loop: the blocking handler the docs warn about; then
+await ``payload["then_await"]`` seconds, if given).
 
 A handler counts its execution with an ``INSERT`` on a connection of its
 own, in autocommit: the row exists once the handler has run, whatever
@@ -151,6 +152,8 @@ async def block_async(job: pgqueue.Job) -> None:
     """Count the execution, then hold the event loop (the mistake the worker warns of)."""
     await anyio.to_thread.run_sync(record, job)
     time.sleep(seconds(job))  # noqa: ASYNC251 - on purpose
+    if isinstance(job.payload, dict):
+        await anyio.sleep(job.payload.get("then_await", 0))
 
 
 async def poison_async(job: pgqueue.Job) -> None:

@@ -24,6 +24,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 
 import pytest
 from psycopg import sql
@@ -450,4 +451,60 @@ def test_sigterm_while_the_database_is_unreachable_stops_in_bounded_time_and_los
         second_signal_stop_s=second,
         back_s=back,
         log_line=match.group(0),
+    )
+
+
+# -- 16. a blocked event loop ---------------------------------------------------------------
+
+BLOCK_LEASE = 3.0
+BLOCKED_FOR = 4.0  # longer than a third of the lease (and than the lease)
+BLOCKED = re.compile(r"the event loop was blocked for about ([\d.]+)s \(heartbeat late\).* "
+                     r"Running: (.*)")  # fmt: skip
+# The warning comes with the first heartbeat after the loop is free again.
+BLOCK_WARNING_BOUND = BLOCKED_FOR + 30.0
+
+
+def logged_at(line: str) -> datetime:
+    """The time of a log line of the worker (its local time)."""
+    return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
+
+
+@only("asyncio", "trio")
+def test_a_handler_that_blocks_the_event_loop_is_named_in_a_warning(
+    fleet: Fleet, backend: str, report: Report
+) -> None:
+    env = {"REL_VISIBILITY_TIMEOUT": str(BLOCK_LEASE), "REL_POLL_INTERVAL": "0.2"}
+    worker = fleet.start(backend, **env)
+    # It blocks, then awaits: still running when the loop is free again. (One
+    # that returns straight after blocking is over by then, and the warning
+    # says "Running: none": see docs/reliability.md, "Known gaps".)
+    payload = {"seconds": BLOCKED_FOR, "retry_seconds": 0, "then_await": 1}
+    [job_id] = fleet.enqueue_specs([("block", payload)])
+    warned = timed_wait(fleet, lambda: BLOCKED.search(worker.output()) is not None,
+                        "the warning", within=BLOCK_WARNING_BOUND, alive=[worker])  # fmt: skip
+    fleet.wait_until(fleet.drained, "the job to succeed", alive=[worker])
+    fleet.stop(worker)
+
+    [line] = [ln for ln in worker.output().splitlines() if BLOCKED.search(ln)]
+    match = BLOCKED.search(line)
+    assert match is not None
+    assert job_id in ids_named(match.group(2))
+    assert float(match.group(1)) >= BLOCK_LEASE / 3
+    [(started,)] = fleet.execute("SELECT min(at) FROM {executions} WHERE job_id = %s", job_id)
+    # When the warning came, counted from the start of the blocking handler.
+    after = (logged_at(line) - started.astimezone().replace(tzinfo=None)).total_seconds()
+    tally = fleet.tally([job_id])
+    assert tally.lost == set()
+    report.add(
+        "16. an async handler blocks the event loop",
+        backend,
+        load="1 job whose async def handler calls time.sleep(4), then awaits; lease 3 s",
+        faults="the event loop blocked 4 s",
+        jobs=1,
+        lost=0,
+        duplicates=tally.duplicates,
+        blocked_s=float(match.group(1)),
+        warned_after_s=round(after, 1),
+        waited_s=warned,
+        log_line=line.split(": ", 1)[-1],
     )

@@ -383,6 +383,17 @@ def error_text(error: object) -> str:
 DEFAULT_VISIBILITY_TIMEOUT = timedelta(minutes=5)
 
 
+def validate_claim_bytes(value: object) -> int | None:
+    """A worker's byte budget per claim: a positive int, or None for none."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"claim_bytes must be an int, not {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"claim_bytes must be at least 1, got {value}")
+    return value
+
+
 def validate_status(status: object) -> JobStatus:
     """A `JobStatus`, or its name as text; anything else is refused."""
     if isinstance(status, JobStatus):

@@ -25,6 +25,7 @@ from .jobs import (
     ValidatedSpec,
     error_text,
     validate_age,
+    validate_claim_bytes,
     validate_delay,
     validate_ids,
     validate_job_id,
@@ -224,10 +225,15 @@ class QueueCore:
         worker: str,
         limit: int,
         kinds: Iterable[str] | None = None,
+        claim_bytes: int | None = None,
     ) -> Operation[Cycle]:
         """One turn of a worker: record its outcomes and claim its next batch,
-        in one statement (see `Statements.cycle`)."""
-        return self._cycle(succeeded, failures, worker, self._claim_params(limit, worker, kinds))
+        in one statement (see `Statements.cycle`); the batch stops at the job
+        whose payload takes it past ``claim_bytes``, if given."""
+        claim = self._claim_params(limit, worker, kinds)
+        if validate_claim_bytes(claim_bytes) is not None:
+            claim["claim_bytes"] = claim_bytes
+        return self._cycle(succeeded, failures, worker, claim)
 
     def _cycle(
         self,
@@ -236,7 +242,12 @@ class QueueCore:
         worker: str,
         claim: dict[str, Any],
     ) -> Operation[Cycle]:
-        statement = self.sql.cycle_kinds if "kinds" in claim else self.sql.cycle
+        statement = {
+            (False, False): self.sql.cycle,
+            (False, True): self.sql.cycle_kinds,
+            (True, False): self.sql.cycle_bytes,
+            (True, True): self.sql.cycle_bytes_kinds,
+        }["claim_bytes" in claim, "kinds" in claim]
         params = {**claim, "worker": worker, "done": list(succeeded), **_failure_arrays(failures)}
 
         def plan() -> Plan[Cycle]:

@@ -194,6 +194,29 @@ RETURNING {jcols}"""
         only_orphans = sql.SQL("AND {}").format(ORPHANED)
         self.claim_orphan = _render(claim, kind_filter=anything, orphans=only_orphans, **names)
         self.claim_orphan_kinds = _render(claim, kind_filter=by_kind, orphans=only_orphans, **names)
+        # A worker's batch stops at the job whose payload would take it past
+        # %(claim_bytes)s (stored size; the first job always comes): the
+        # worker holds about six times its batch's payloads in memory.
+        budget_claim = """
+UPDATE {table} AS j
+   SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
+ WHERE j.id IN (
+       SELECT id FROM (
+           SELECT id, sum(size) OVER (ORDER BY run_at, id) - size AS before
+             FROM (SELECT id, run_at,
+                          -- Small uncompressed payloads: their stored size. Others:
+                          -- their size as text, which is what the worker receives.
+                          CASE WHEN pg_column_size(payload) < 2048
+                                    AND pg_column_compression(payload) IS NULL
+                               THEN pg_column_size(payload)
+                               ELSE octet_length(payload::text) END AS size
+                     FROM {table}
+                    WHERE status = 'pending' AND run_at <= now() {kind_filter} {orphans}
+                    ORDER BY run_at, id
+                    LIMIT %(limit)s
+                    FOR UPDATE SKIP LOCKED) AS ready) AS sized
+        WHERE before < %(claim_bytes)s)
+RETURNING {jcols}"""
 
         # Success: the row goes. Only a running job can succeed.
         self.complete = _render(
@@ -250,20 +273,19 @@ SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM done),
   FROM relax"""
         failed = sql.SQL(failures).format(**names)
         keep_done = _history_copy(keep, "done", "succeeded")
-        self.cycle = _render(
-            cycle,
-            claim=sql.SQL(claim).format(kind_filter=anything, orphans=no_orphans, **names),
-            failures=failed,
-            keep=keep_done,
-            **names,
-        )
-        self.cycle_kinds = _render(
-            cycle,
-            claim=sql.SQL(claim).format(kind_filter=by_kind, orphans=no_orphans, **names),
-            failures=failed,
-            keep=keep_done,
-            **names,
-        )
+
+        # One turn with each claim: plain, by kind, and with a byte budget
+        # (`claim_bytes`), plain or by kind.
+        def turn(claim_text: str, kind_filter: sql.Composable) -> bytes:
+            claimed = sql.SQL(claim_text).format(
+                kind_filter=kind_filter, orphans=no_orphans, **names
+            )
+            return _render(cycle, claim=claimed, failures=failed, keep=keep_done, **names)
+
+        self.cycle = turn(claim, anything)
+        self.cycle_kinds = turn(claim, by_kind)
+        self.cycle_bytes = turn(budget_claim, anything)
+        self.cycle_bytes_kinds = turn(budget_claim, by_kind)
 
         # The reaper, step 0: one reaper at a time per table; the others skip.
         self.reap_lock = _render(

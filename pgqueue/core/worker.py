@@ -16,6 +16,7 @@ from .backoff import Backoff
 from .events import EventListener
 from .jobs import (
     DEFAULT_VISIBILITY_TIMEOUT,
+    validate_claim_bytes,
     validate_kind,
     validate_kinds,
     validate_limit,
@@ -120,6 +121,7 @@ class WorkerOptions(TypedDict, total=False):
     on_event: EventListener | Sequence[EventListener] | None
     listen_conninfo: str | None
     call_timeout: float | timedelta
+    claim_bytes: int | None
 
 
 @dataclass(frozen=True)
@@ -136,6 +138,7 @@ class WorkerSettings:
     name: str = field(default_factory=unique_worker_name)
     listen_conninfo: str | None = None
     call_timeout: float = 60.0
+    claim_bytes: int | None = None
 
     @classmethod
     def build(
@@ -151,6 +154,7 @@ class WorkerSettings:
         name: str | None,
         listen_conninfo: str | None = None,
         call_timeout: float | timedelta = 60.0,
+        claim_bytes: int | None = None,
     ) -> WorkerSettings:
         poll = _seconds(poll_interval, "poll_interval")
         grace = _seconds(grace_period, "grace_period")
@@ -166,6 +170,7 @@ class WorkerSettings:
             name=validate_kind(name) if name is not None else unique_worker_name(),
             listen_conninfo=_conninfo(listen_conninfo),
             call_timeout=_seconds(call_timeout, "call_timeout") or 60.0,
+            claim_bytes=validate_claim_bytes(claim_bytes),
         )
 
     @property

@@ -217,9 +217,13 @@ class Queue:
         worker: str,
         limit: int,
         kinds: Iterable[str] | None = None,
+        claim_bytes: int | None = None,
     ) -> Cycle:
-        """Record ``worker``'s outcomes and claim its next batch in one round trip."""
-        op = self.core.cycle(succeeded, failures, worker=worker, limit=limit, kinds=kinds)
+        """Record ``worker``'s outcomes and claim its next batch in one round trip
+        (at most ``limit`` jobs; with ``claim_bytes``, stopping at the one
+        whose payload takes the batch past that many bytes)."""
+        op = self.core.cycle(succeeded, failures, worker=worker, limit=limit, kinds=kinds,
+                             claim_bytes=claim_bytes)  # fmt: skip
         return self._driver.run(op)
 
     def claim_orphan(self, *, worker: str, kinds: Iterable[str] | None = None) -> list[Job]:

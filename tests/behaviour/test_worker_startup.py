@@ -156,3 +156,33 @@ async def test_claims_cancelled_by_a_statement_timeout_are_retried_smaller(
             await worker.run(until_empty=True)
     assert raw.count() == 0
     assert "claiming at most" in caplog.text
+
+
+async def test_a_claim_stops_at_the_job_that_takes_it_past_claim_bytes(queue: Any) -> None:
+    small = "a" * 1000  # stored as is: about 1 KB each
+    large = "b" * 100_000  # compressed when stored; counted by its size as text
+    await queue.enqueue_many([("small", {"s": small}) for _ in range(10)])
+    turn = await queue.cycle([], [], worker="w", limit=10, claim_bytes=3000)
+    # 0, ~1 KB and ~2 KB come before the first three: under 3,000 bytes.
+    assert len(turn.claimed) == 3
+    turn = await queue.cycle([], [], worker="w", limit=10, claim_bytes=1)
+    assert len(turn.claimed) == 1  # the first job always comes
+    await queue.enqueue_many(
+        [
+            (
+                "large",
+                {"s": large},
+            )
+            for _ in range(3)
+        ]
+    )
+    turn = await queue.cycle([], [], worker="w", limit=10, claim_bytes=150_000, kinds=["large"])
+    assert [j.kind for j in turn.claimed] == ["large", "large"]
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True])
+async def test_claim_bytes_must_be_a_positive_int(queue: Any, bad: Any) -> None:
+    with pytest.raises((TypeError, ValueError), match="claim_bytes"):
+        await queue.cycle([], [], worker="w", limit=10, claim_bytes=bad)
+    with pytest.raises((TypeError, ValueError), match="claim_bytes"):
+        pgqueue.AsyncWorker(queue, claim_bytes=bad)

@@ -88,6 +88,7 @@ class FakeQueue:
         worker: str,
         limit: int,
         kinds: Sequence[str] | None = None,
+        claim_bytes: int | None = None,
     ) -> Cycle:
         await self._enter("cycle")
         if self.claim_limit is not None and limit > self.claim_limit:

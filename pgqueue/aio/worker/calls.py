@@ -50,7 +50,8 @@ class WorkerQueue(Protocol):
 
     async def cycle(  # a worker's turn: see `AsyncQueue.cycle`
         self, succeeded: Sequence[int], failures: Sequence[Failure], *, worker: str, limit: int,
-        kinds: Sequence[str] | None = None) -> Cycle: ...  # fmt: skip
+        kinds: Sequence[str] | None = None, claim_bytes: int | None = None,
+    ) -> Cycle: ...  # fmt: skip
 
     async def settle(
         self, succeeded: Sequence[int], failures: Sequence[Failure], *, worker: str

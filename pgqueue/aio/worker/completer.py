@@ -87,14 +87,17 @@ class Completer:
 
     # -- writing ------------------------------------------------------------------
 
-    async def cycle(self, limit: int, kinds: Sequence[str] | None) -> tuple[list[Job], int]:
+    async def cycle(
+        self, limit: int, kinds: Sequence[str] | None, claim_bytes: int | None
+    ) -> tuple[list[Job], int]:
         """Write every outcome waiting and claim up to ``limit`` jobs, in one
         statement; return the jobs claimed and how many outcomes it carried."""
         batch = self._take()
         succeeded, failures = _split(batch)
         try:
             turn = await self.calls("claim", self.queue.cycle, succeeded, failures,
-                                    worker=self.worker, limit=limit, kinds=kinds)  # fmt: skip
+                                    worker=self.worker, limit=limit, kinds=kinds,
+                                    claim_bytes=claim_bytes)  # fmt: skip
         except BaseException:
             self.ledger.unwrite(job.id for job, _ in batch)
             self.progress.notify()

@@ -143,7 +143,9 @@ class Fetcher:
             # Shielded: a claim that committed is never dropped on the floor
             # (unless a stop finds it still waiting after the grace period).
             with self._shielded():
-                jobs, carried = await self.completer.cycle(self._limit, self.settings.kinds)
+                jobs, carried = await self.completer.cycle(
+                    self._limit, self.settings.kinds, self.settings.claim_bytes
+                )
         except DATABASE_ERRORS as exc:
             if isinstance(exc, psycopg.errors.QueryCanceled) and self._smaller_claims():
                 self._errors = 0  # a smaller claim is a new try, not a repeat

@@ -71,6 +71,12 @@ class AsyncWorker:
     the worker writes its last outcomes for at most 10 s more; those it
     could not write come back through their lease.
 
+    The worker holds about six times its batches' payloads in memory while
+    it decodes and runs them (batches of 100 jobs of 5 MB: about 3 GB).
+    ``claim_bytes`` bounds that: a claim stops at the job whose payload
+    would take its batch past that many bytes (the first job always comes),
+    for a small cost per claim; see docs/performance.md.
+
     ``on_event`` (a callable or a sequence of them; more with
     `add_event_listener`) receives a `JobEvent` for every job claimed,
     succeeded, failed, dead, released, interrupted or reaped, once the
@@ -94,6 +100,7 @@ class AsyncWorker:
         on_event: EventListener | Sequence[EventListener] | None = None,
         listen_conninfo: str | None = None,
         call_timeout: float | timedelta = 60.0,
+        claim_bytes: int | None = None,
     ) -> None:
         self.queue = queue
         self.handlers = Handlers(handlers)
@@ -109,6 +116,7 @@ class AsyncWorker:
             name=name,
             listen_conninfo=listen_conninfo,
             call_timeout=call_timeout,
+            claim_bytes=claim_bytes,
         )
         self.handle_signals = handle_signals
         # Written by stop() (any thread) and run(); a stop() before run() stops that run at once.

@@ -4,11 +4,12 @@ Real ``pgqueue worker`` processes against the suite's server, some through
 a TCP proxy that can go silent or refuse (`tests.reliability.proxy`), some
 under a login role a DBA configured:
 
-11. LISTEN refused at start-up (a role allowed one connection, held by the pool).
+11. LISTEN refused at start-up (its role is allowed no connection).
 12. Started while the database refuses connections, for longer than 30 s.
 13. Half-open connections: every open connection goes silent, new ones work.
 14. SIGTERM while the database is unreachable.
-15. A role ``statement_timeout`` of 10 ms, a big table, a worker SIGKILLed.
+15. A role ``statement_timeout`` of 10 ms, a big table, a worker SIGKILLed
+    (test_statement_timeout.py).
 16. An ``async def`` handler that blocks the event loop past a third of the lease.
 
 Each test measures how long recovery took and checks it against a bound
@@ -456,8 +457,12 @@ def test_sigterm_while_the_database_is_unreachable_stops_in_bounded_time_and_los
 
 # -- 16. a blocked event loop ---------------------------------------------------------------
 
-BLOCK_LEASE = 3.0
-BLOCKED_FOR = 4.0  # longer than a third of the lease (and than the lease)
+BLOCK_LEASE = 6.0
+# More than a third of the lease, so the heartbeat comes late by more than
+# that (at least 4 s - 6 s / 4); less than the lease, so the worker's own
+# reaper leaves the job alone. (Blocked past the lease, the worker may claim
+# its own running job as an orphan and crash: docs/reliability.md, "Known gaps".)
+BLOCKED_FOR = 4.0
 BLOCKED = re.compile(r"the event loop was blocked for about ([\d.]+)s \(heartbeat late\).* "
                      r"Running: (.*)")  # fmt: skip
 # The warning comes with the first heartbeat after the loop is free again.
@@ -498,8 +503,9 @@ def test_a_handler_that_blocks_the_event_loop_is_named_in_a_warning(
     report.add(
         "16. an async handler blocks the event loop",
         backend,
-        load="1 job whose async def handler calls time.sleep(4), then awaits; lease 3 s",
-        faults="the event loop blocked 4 s",
+        load=f"1 job whose async def handler calls time.sleep({BLOCKED_FOR:.0f}), then awaits; "
+        f"lease {BLOCK_LEASE:.0f} s",
+        faults=f"the event loop blocked {BLOCKED_FOR:.0f} s",
         jobs=1,
         lost=0,
         duplicates=tally.duplicates,

@@ -62,6 +62,7 @@ class SchemaNames:
     history: sql.Identifier
     history_index: sql.Identifier
     orphans_index: sql.Identifier
+    running_index: sql.Identifier
     versions: sql.Identifier
     # The key of this table's rows in ``pgqueue_schema``, which lives in
     # the same schema: the table's own name is unique there.
@@ -69,6 +70,7 @@ class SchemaNames:
     # The names quoted for ``::regclass`` and ``to_regclass``.
     regclass: str
     versions_regclass: str
+    running_index_regclass: str
 
     @classmethod
     def for_table(cls, table: str) -> SchemaNames:
@@ -83,10 +85,15 @@ class SchemaNames:
             history=sql.Identifier(*schema, f"{name}_history"),
             history_index=sql.Identifier(f"{name}_history_finished"),
             orphans_index=sql.Identifier(f"{name}_orphans"),
+            running_index=sql.Identifier(f"{name}_running"),
             versions=versions,
             key=name,
             regclass=ident.as_bytes(None).decode(),
             versions_regclass=versions.as_bytes(None).decode(),
+            # An index lives in its table's schema.
+            running_index_regclass=sql.Identifier(*schema, f"{name}_running")
+            .as_bytes(None)
+            .decode(),
         )
 
     def render(self, template: str) -> bytes:
@@ -98,6 +105,7 @@ class SchemaNames:
                 history=self.history,
                 history_index=self.history_index,
                 orphans_index=self.orphans_index,
+                running_index=self.running_index,
                 orphaned=ORPHANED,
                 versions=self.versions,
             )
@@ -167,9 +175,6 @@ SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute
             f"these columns must be: {', '.join(wrong)}"
         )
     # The ready index: only rows a worker may claim, so it tracks the backlog.
-    # No index for the reaper: one on running rows would cost every claim an
-    # index insert (measured: a third of the drain rate) to speed up a scan
-    # that runs once a minute, by one worker at a time.
     yield Query(
         n.render(
             "CREATE INDEX IF NOT EXISTS {ready_index} ON {table} (run_at, id)"
@@ -255,12 +260,75 @@ def _orphans_index(n: SchemaNames) -> Plan[None]:
     )
 
 
+# The running index as pg_get_indexdef shows it after " USING ".
+RUNNING_INDEX_DEFINITION: Final = (
+    "btree (locked_at) WHERE ((status = 'running'::text) AND (locked_at IS NOT NULL))"
+)
+
+
+def _running_index(n: SchemaNames) -> Plan[None]:
+    # The running jobs only: a handful (workers x batch), whatever else the
+    # table holds. The reaper finds expired leases through it; without it,
+    # it read the whole table, dead jobs awaiting purge included, and a
+    # role's short statement_timeout cancelled it on a big table every time,
+    # so that a crashed worker's jobs stayed running for ever.
+    #
+    # Keyed by locked_at, so that the reaper reads the leases older than its
+    # cut-off, not the entries that the jobs claimed and finished since the
+    # last vacuum leave behind (keyed by id, it would read them all, at each
+    # reap). "locked_at IS NOT NULL" changes nothing it holds (a running job
+    # has a lock time) but keeps the planner from using it for the
+    # statements that find running jobs by id (a worker's turn, complete,
+    # heartbeat): they say nothing of locked_at, so they read the primary
+    # key as before. Without it the planner read this index whole for them,
+    # and the drain lost a third (docs/performance.md#the-reapers-index).
+    #
+    # On a big table, an operator builds it beforehand without blocking
+    # writes (CREATE INDEX CONCURRENTLY, same name and definition), and this
+    # migration keeps it; unless that build failed and left it unusable.
+    rows = yield Query(
+        b"""
+SELECT i.indrelid IS NOT DISTINCT FROM %s::regclass, i.indisvalid,
+       CASE WHEN NOT i.indisunique THEN split_part(pg_get_indexdef(c.oid), ' USING ', 2) END
+  FROM pg_class c LEFT JOIN pg_index i ON i.indexrelid = c.oid
+ WHERE c.oid = to_regclass(%s)""",
+        (n.regclass, n.running_index_regclass),
+    )
+    if rows:
+        [(ours, valid, definition)] = rows
+        name = n.running_index_regclass
+        if not ours:
+            raise SchemaError(
+                f"{name} exists and is not an index of {n.table_name}: "
+                "rename or drop it, then install again"
+            )
+        if not valid:
+            raise SchemaError(
+                f"index {name} exists but is invalid (a CREATE INDEX CONCURRENTLY that "
+                "failed, or is still running): drop it (DROP INDEX CONCURRENTLY) and build "
+                "it again, or drop it and let install() build it"
+            )
+        if definition != RUNNING_INDEX_DEFINITION:
+            found = "a unique index" if definition is None else definition
+            raise SchemaError(
+                f"index {name} exists but is not the one pgqueue needs: it is {found}, not "
+                f"{RUNNING_INDEX_DEFINITION} (see docs/migrations.md); drop it and install again"
+            )
+    yield Query(
+        n.render(
+            "CREATE INDEX IF NOT EXISTS {running_index} ON {table} (locked_at)"
+            " WHERE status = 'running' AND locked_at IS NOT NULL"
+        )
+    )
+
+
 MIGRATIONS: Final[tuple[Migration, ...]] = (
     Migration(1, "queue table and its partial ready index", _table_and_ready_index),
     Migration(2, "checks on status and attempts, a default payload", _constraints),
     Migration(3, "autovacuum by a fixed number of dead rows", _autovacuum),
     Migration(4, "history table for jobs that left the queue", _history),
     Migration(5, "partial index of orphaned jobs", _orphans_index),
+    Migration(6, "partial index of running jobs, for the reaper", _running_index),
 )
 LATEST_VERSION: Final = MIGRATIONS[-1].version
 

@@ -292,7 +292,9 @@ SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM done),
             "SELECT pg_try_advisory_xact_lock(hashtext('pgqueue:reap:' || %s))"
         )
         # The reaper, step 1: running jobs whose lease ran out, locked so
-        # that two reapers never judge the same job.
+        # that two reapers never judge the same job. It reads the running
+        # index (migration 6): the running jobs only, however many dead and
+        # pending ones the table holds, so a short statement_timeout spares it.
         self.expired = _render(
             """
 SELECT id, attempts, max_attempts, locked_by FROM {table}

@@ -34,6 +34,11 @@ def history_exists(raw: Raw, table: str) -> bool:
     return raw.one("SELECT to_regclass(%s)", f"{table}_history") is not None
 
 
+def running_index(raw: Raw, table: str) -> int | None:
+    """The oid of the reaper's index (migration 6), or None."""
+    return raw.one("SELECT to_regclass(%s)::oid", f"{table}_running")
+
+
 async def test_install_on_an_empty_database_applies_every_migration_once(
     dsn: str, table: str, backend: str, raw: Raw
 ) -> None:
@@ -47,6 +52,7 @@ async def test_install_on_an_empty_database_applies_every_migration_once(
     options = raw.one("SELECT reloptions FROM pg_class WHERE oid = %s::regclass", table)
     assert set(options) == {f"{k}={v}" for k, v in AUTOVACUUM_SETTINGS.items()}
     assert history_exists(raw, table)
+    assert running_index(raw, table) is not None
     with pytest.raises(psycopg.errors.CheckViolation):
         raw.rows("INSERT INTO {table} (kind, status) VALUES ('a', 'done')")
 
@@ -154,6 +160,103 @@ async def test_an_interrupted_upgrade_resumes_from_the_recorded_version(
         assert await q.install() == ALL_VERSIONS[2:]
     assert history_exists(raw, table)
     assert raw.one("SELECT reloptions FROM pg_class WHERE oid = %s::regclass", table)
+
+
+# -- migration 6: the reaper's index ----------------------------------------------
+
+
+def back_to_version_5(raw: Raw, table: str) -> None:
+    """Make an installed table what pgqueue before migration 6 left."""
+    raw.rows(f"DROP INDEX {table}_running")
+    raw.rows("DELETE FROM pgqueue_schema WHERE queue_table = %s AND version > 5", table)
+
+
+async def test_a_table_at_version_5_gains_the_running_index_in_place(
+    dsn: str, table: str, backend: str, raw: Raw
+) -> None:
+    async with open_queue(backend, dsn, table=table) as q:
+        await q.install()
+        stale, _fresh, _waiting = await q.enqueue_many([("a", 1), ("a", 2), ("a", 3)])
+        await q.claim(2, worker="w")
+        back_to_version_5(raw, table)
+        raw.rows("UPDATE {table} SET locked_at = now() - interval '1 hour' WHERE id = %s", stale)
+        rows = raw.rows("SELECT * FROM {table} ORDER BY id")
+
+        assert await q.install() == ALL_VERSIONS[5:]
+        assert await q.schema_version() == LATEST_VERSION
+        assert raw.rows("SELECT * FROM {table} ORDER BY id") == rows
+        assert running_index(raw, table) is not None
+        assert await q.reap(timedelta(minutes=5)) == [stale]
+
+
+async def test_a_running_index_built_concurrently_beforehand_is_kept(
+    dsn: str, table: str, backend: str, raw: Raw
+) -> None:
+    # What docs/migrations.md tells the operator of a big table to do.
+    async with open_queue(backend, dsn, table=table) as q:
+        await q.install()
+        back_to_version_5(raw, table)
+        raw.rows(
+            f"CREATE INDEX CONCURRENTLY {table}_running ON {{table}} (locked_at)"
+            " WHERE status = 'running' AND locked_at IS NOT NULL"
+        )
+        built = running_index(raw, table)
+
+        assert await q.install() == ALL_VERSIONS[5:]
+        assert running_index(raw, table) == built
+
+
+async def test_a_running_index_built_otherwise_is_refused(
+    dsn: str, table: str, backend: str, raw: Raw
+) -> None:
+    # Without "locked_at IS NOT NULL" the planner would read it for every
+    # statement that finds running jobs by id.
+    async with open_queue(backend, dsn, table=table) as q:
+        await q.install()
+        back_to_version_5(raw, table)
+        raw.rows(f"CREATE INDEX {table}_running ON {{table}} (locked_at) WHERE status = 'running'")
+
+        with pytest.raises(pgqueue.SchemaError, match="not the one pgqueue needs"):
+            await q.install()
+        assert await q.schema_version() == 5
+
+
+async def test_an_invalid_running_index_is_refused_until_it_is_dropped(
+    dsn: str, table: str, backend: str, raw: Raw
+) -> None:
+    async with open_queue(backend, dsn, table=table) as q:
+        await q.install()
+        await q.enqueue_many([("a", 1), ("a", 2)])
+        await q.claim(2)
+        back_to_version_5(raw, table)
+        # A concurrent build that fails leaves an invalid index behind.
+        with pytest.raises(psycopg.errors.UniqueViolation):
+            raw.rows(
+                f"CREATE UNIQUE INDEX CONCURRENTLY {table}_running ON {{table}} (kind)"
+                " WHERE status = 'running'"
+            )
+
+        with pytest.raises(pgqueue.SchemaError, match="invalid"):
+            await q.install()
+        assert await q.schema_version() == 5
+        raw.rows(f"DROP INDEX {table}_running")
+        assert await q.install() == ALL_VERSIONS[5:]
+        assert raw.one(
+            "SELECT indisvalid FROM pg_index WHERE indexrelid = %s::regclass", f"{table}_running"
+        )
+
+
+async def test_another_relation_named_like_the_running_index_is_refused(
+    dsn: str, table: str, backend: str, raw: Raw
+) -> None:
+    raw.rows(f"CREATE TABLE {table}_running (x int)")
+    try:
+        async with open_queue(backend, dsn, table=table) as q:
+            with pytest.raises(pgqueue.SchemaError, match="not an index"):
+                await q.install()
+            assert await q.schema_version() is None
+    finally:
+        raw.rows(f"DROP TABLE {table}_running")
 
 
 # -- history --------------------------------------------------------------------

@@ -25,6 +25,20 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+RECOVERY_COLUMNS = ("scenario", "backend", "recovered (this run)", "bound")
+
+
+def recovery_table(results: list[dict[str, Any]]) -> str:
+    """Scenarios that time their recovery (11 on): what took how long, against its bound."""
+    timed = [r for r in results if "recovery" in r]
+    rows = sorted(timed, key=lambda r: (r["scenario"].split(".")[0].zfill(2), r["backend"]))
+    lines = ["| " + " | ".join(RECOVERY_COLUMNS) + " |", "|" + "---|" * len(RECOVERY_COLUMNS)]
+    for r in rows:
+        cells = (r["scenario"], r["backend"], r["recovery"], r["bound"])
+        lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(lines)
+
+
 def render(document: dict[str, Any]) -> str:
     results = document["results"]
     lost = sum(r["lost"] for r in results)
@@ -35,7 +49,9 @@ def render(document: dict[str, Any]) -> str:
         f"{document.get('seconds', '?')} s on {machine.get('cpus', '?')} CPUs, "
         f"Python {machine.get('python', '?')}."
     )
-    return table(results) + "\n\n" + summary + "\n"
+    recovery = recovery_table(results)
+    timed = "\n\n" + recovery if any("recovery" in r for r in results) else ""
+    return table(results) + "\n\n" + summary + timed + "\n"
 
 
 def main(argv: list[str]) -> int:

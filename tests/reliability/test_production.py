@@ -189,6 +189,9 @@ def test_worker_whose_listen_is_refused_polls_from_the_start_and_listens_once_al
         first_job_s=first_job,
         listen_back_s=listen_back,
         stop_s=stopped,
+        recovery=f"first job {first_job} s after start; LISTEN back {listen_back} s after the "
+        f"limit was raised; stopped {stopped} s after SIGTERM",
+        bound=f"LISTEN back within {LISTEN_BACK_BOUND:.0f} s; stop within {IDLE_STOP_BOUND:.0f} s",
         log_line=line.split(": ", 1)[-1],
     )
 
@@ -297,6 +300,10 @@ def test_workers_started_while_the_database_refuses_connections_work_once_it_acc
             duplicates=tally.duplicates,
             first_job_s=first_job[b],
             refused_stop_s=stops[b],
+            recovery=f"first job {first_job[b]} s after the database accepted; the one "
+            f"stopped while refused exited {stops[b]} s after SIGTERM",
+            bound=f"first job within {FIRST_JOB_BOUND:.0f} s; stop within "
+            f"{REFUSED_STOP_BOUND:.0f} s",
             log_line=match.group(0),
         )
 
@@ -364,6 +371,10 @@ def test_half_open_connections_cost_a_call_timeout_and_lose_no_job(
         resumed_s=resumed,
         drained_s=round(resumed + rest, 1),
         stop_s=stopped,
+        recovery=f"a claim made after the freeze ran {resumed} s after it; drained "
+        f"{round(resumed + rest, 1)} s after it; stopped {stopped} s after SIGTERM",
+        bound=f"each within {HALF_OPEN_BOUND:.0f} s (call_timeout {CALL_TIMEOUT:.0f} s + "
+        f"2 leases of {HALF_OPEN_LEASE:.0f} s + 30 s)",
         log_line=line.split(": ", 1)[-1],
     )
 
@@ -451,6 +462,11 @@ def test_sigterm_while_the_database_is_unreachable_stops_in_bounded_time_and_los
         stop_s=first,
         second_signal_stop_s=second,
         back_s=back,
+        recovery=f"run() returned {first} s after SIGTERM (grace {STOP_GRACE:.0f} s + flush); "
+        f"{second} s after a second SIGTERM; the jobs ran again {back} s after the processes "
+        "were gone",
+        bound=f"{UNREACHABLE_STOP_BOUND:.0f} s; {SECOND_SIGNAL_BOUND:.0f} s; "
+        f"{COME_BACK_BOUND:.0f} s",
         log_line=match.group(0),
     )
 
@@ -512,5 +528,8 @@ def test_a_handler_that_blocks_the_event_loop_is_named_in_a_warning(
         blocked_s=float(match.group(1)),
         warned_after_s=round(after, 1),
         waited_s=warned,
+        recovery=f"warned {round(after, 1)} s after the handler began to block (the heartbeat "
+        f"{match.group(1)} s late)",
+        bound=f"warning within {BLOCK_WARNING_BOUND:.0f} s",
         log_line=line.split(": ", 1)[-1],
     )

@@ -110,6 +110,9 @@ def test_a_killed_workers_jobs_are_reaped_under_a_short_statement_timeout_on_a_b
         seq_scan_ms=round(scan_ms, 1),
         reaped_s=reaped,
         back_s=back,
+        recovery=f"the killed worker's jobs reaped {reaped} s after the kill; all jobs done "
+        f"{back} s after it",
+        bound=f"reaped within {REAPED_BOUND:.0f} s",
         log_line=line.split(": ", 1)[-1],
         claims_cancelled=output.count("claim failed (canceling statement due to statement timeout"),
     )

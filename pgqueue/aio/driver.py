@@ -136,7 +136,11 @@ class ThreadDriver:
     async def run(self, op: Operation[T], conn: CallerConnection | None) -> T:
         if conn is not None:
             return await run_on(conn, op)
-        return await anyio.to_thread.run_sync(self.sync.run, op)
+        # Abandoned on cancel, as psycopg's async connections give up on a
+        # cancelled query: a deadline (the worker's call_timeout) must bound a
+        # call whose connection went silent. The thread ends when its socket
+        # fails (TCP keepalives) and its connection is discarded by the pool.
+        return await anyio.to_thread.run_sync(self.sync.run, op, abandon_on_cancel=True)
 
     async def close(self) -> None:
         await anyio.to_thread.run_sync(self.sync.close)

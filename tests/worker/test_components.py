@@ -251,3 +251,43 @@ async def test_claims_cancelled_by_the_server_ask_for_fewer_jobs(
     # 64 -> 32 -> 16 -> 8: three cancelled claims, then claims of 8 go through.
     assert caplog.text.count("claim was cancelled by the server") == 3
     assert "claiming at most 8 jobs at a time" in caplog.text
+
+
+async def test_a_job_claimed_again_while_still_running_here_is_given_back_not_a_crash(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    fake = FakeQueue()
+    [job_id] = fake.add()
+    started, finish = anyio.Event(), anyio.Event()
+    runs: list[int] = []
+
+    async def handle(job: pgqueue.Job) -> None:
+        runs.append(job.attempts)
+        if len(runs) == 1:
+            started.set()
+            await finish.wait()
+
+    w = worker(fake, {"k": handle})
+    with anyio.fail_after(PATIENCE):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(w.run)
+            await started.wait()
+            # Its lease expired meanwhile (a blocked loop) and a reaper put it
+            # back: this worker's next claim takes it again.
+            job = fake.jobs[job_id]
+            fake.jobs[job_id] = job.__class__(
+                job.id, job.kind, job.payload, job.attempts, job.max_attempts,
+                JobStatus.PENDING, job.run_at, None, None, None, job.created_at,
+            )  # fmt: skip
+            given_back = fake.started("settle")  # the release of the second claim
+            await given_back.wait()
+            finish.set()
+            with anyio.fail_after(PATIENCE):
+                while fake.status(job_id) is not None:  # noqa: ASYNC110 - the fake's state
+                    await anyio.sleep(0.01)
+            w.stop()
+    assert "claimed again 1 jobs it was still running" in caplog.text
+    # The second claim was given back with its attempt; the run after it is
+    # the job's second attempt (the first, whose lease expired, counts).
+    assert runs == [1, 2]
+    assert fake.succeeded == [job_id]

@@ -69,7 +69,7 @@ class Crew:
                                self.runners, self.reporter, demand, progress)  # fmt: skip
         self.lease = LeaseKeeper(settings, queue, self.calls, self.ledger)
         self.reaper = Reaper(settings, queue, self.calls, self.reporter, self.fetcher)
-        self.notifier = Notifier(name, queue, self.fetcher.wakeup,
+        self.notifier = Notifier(name, queue, self.fetcher.wakeup, self.fetcher.reached,
                                  conninfo=settings.listen_conninfo)  # fmt: skip
         self._fetching: anyio.CancelScope | None = None
         self._flushing: anyio.CancelScope | None = None

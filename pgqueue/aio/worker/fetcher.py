@@ -27,7 +27,7 @@ import psycopg.errors
 
 from ...core.jobs import Job
 from ...core.ledger import Ledger, Phase
-from ...core.worker import RETRY_BACKOFF, Outcome, WorkerSettings
+from ...core.worker import RETRY_BACKOFF, Outcome, WorkerSettings, describe_jobs
 from .calls import DATABASE_ERRORS, Calls, WorkerQueue
 from .completer import Completer
 from .flags import Broadcast, Wakeup
@@ -57,6 +57,9 @@ class Fetcher:
     demand: Wakeup  # set by the runners at their low-water mark, and by claims as they land
     progress: Broadcast  # notified by the runners and the completer
     wakeup: Wakeup = field(default_factory=Wakeup)  # set by the notifier and the reaper
+    # Set once a claim has come back (done or failed): the notifier waits
+    # for it, so that LISTEN never takes the connection a claim needs first.
+    reached: anyio.Event = field(default_factory=anyio.Event)
     _in_flight: int = field(default=0, init=False)
     _starved: bool = field(default=False, init=False)  # the runners ran dry waiting last time
     _alone: bool = field(default=False, init=False)  # an orphan is held or running
@@ -127,6 +130,8 @@ class Fetcher:
         runners ran dry waiting last time)."""
         if self._alone or self._in_flight >= MAX_CLAIMS_IN_FLIGHT:
             return False
+        if self._in_flight and not self._starved:
+            return False  # a second claim only beside runners that ran dry
         batch = self._limit
         target = self.runners.low_water + (
             batch * (MAX_CLAIMS_IN_FLIGHT - 1) if self._starved else 0
@@ -155,12 +160,14 @@ class Fetcher:
             return
         self._landed()
         self._errors = 0
+        self.reached.set()
         if jobs:
             # Ran dry waiting: claim earlier. Plenty left: claim later.
             if self.ledger.unstarted == 0:
                 self._starved = True
             elif self.ledger.unstarted > self.runners.low_water:
                 self._starved = False
+            jobs = await self._new_to_this_worker(jobs)
             if self.reporter.wanted:
                 self.reporter.claimed(jobs)
             self.runners.hand_out(jobs)
@@ -169,6 +176,25 @@ class Fetcher:
             # Outcomes recorded by that very statement (a failure due again at
             # once, say) were invisible to its claim: no proof of an empty queue.
             self._found_nothing = quiet and not carried and not self.ledger.outcomes_pending()
+
+    async def _new_to_this_worker(self, jobs: list[Job]) -> list[Job]:
+        """The claimed jobs this worker does not hold already. One it still runs
+        from an earlier claim came back to it through its own reaper (its
+        lease expired while the event loop was blocked, say): that run's
+        outcome will not be written, and this claim is given back at once."""
+        again = [job for job in jobs if self.ledger.phase(job.id) is not None]
+        if not again:
+            return jobs
+        log.warning("worker %s claimed again %d jobs it was still running (their lease had "
+                    "expired); given back: %s", self.settings.name, len(again),
+                    describe_jobs(again))  # fmt: skip
+        self.ledger.lose(job.id for job in again)
+        releases = [f for job in again if (f := self.completer.release(job).failure) is not None]
+        with suppress(*DATABASE_ERRORS):  # else they come back through the lease
+            await self.calls("releasing jobs claimed again", self.queue.settle, [],
+                             releases, worker=self.settings.name)  # fmt: skip
+        ids = {job.id for job in again}
+        return [job for job in jobs if job.id not in ids]
 
     def _landed(self) -> None:
         """A claim is no longer in flight: the loop and a held orphan look again."""
@@ -197,7 +223,7 @@ class Fetcher:
             except DATABASE_ERRORS as exc:
                 await self._pause("claim of an orphaned job", exc)
                 return ran
-            if not jobs:
+            if not jobs or not (jobs := await self._new_to_this_worker(jobs)):
                 return ran
             ran = True
             await self._run_alone(jobs[0])

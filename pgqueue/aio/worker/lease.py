@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import anyio
 
+from ...core.jobs import Job
 from ...core.ledger import Ledger, Phase
 from ...core.worker import Outcome, WorkerSettings, describe_jobs
 from .calls import DATABASE_ERRORS, Calls, WorkerQueue
@@ -37,13 +38,15 @@ class LeaseKeeper:
     async def run(self) -> None:
         interval = self.settings.heartbeat_interval
         timeout = self.settings.visibility_timeout.total_seconds()
-        due = anyio.current_time() + interval
         while True:
-            await anyio.sleep_until(due)
-            late = anyio.current_time() - due
-            if late > timeout / 3:
-                self._warn_blocked(late)
+            # The jobs running now, for the warning if the loop blocks before
+            # the next beat (by then the job that blocked it may be done).
+            before = self.ledger.jobs(Phase.RUNNING)
             due = anyio.current_time() + interval
+            await anyio.sleep_until(due)
+            late = anyio.current_time() - due  # the sleep's overrun only, not the beat's wait
+            if late > timeout / 3:
+                self._warn_blocked(late, before)
             await self.beat()
 
     async def beat(self) -> None:
@@ -55,7 +58,8 @@ class LeaseKeeper:
             held = await self.calls("heartbeat", self.queue.heartbeat, [j.id for j in jobs],
                                     worker=self.settings.name)  # fmt: skip
         except DATABASE_ERRORS as exc:
-            log.warning("worker %s: heartbeat failed (%s)", self.settings.name, exc)
+            log.warning("worker %s: heartbeat failed (%s)", self.settings.name,
+                        str(exc) or type(exc).__name__)  # fmt: skip
             return
         if len(held) < len(jobs):
             kept = set(held)
@@ -67,8 +71,9 @@ class LeaseKeeper:
                     self.settings.name, len(lost), describe_jobs(lost),
                 )  # fmt: skip
 
-    def _warn_blocked(self, late: float) -> None:
-        running = self.ledger.jobs(Phase.RUNNING)
+    def _warn_blocked(self, late: float, before: list[Job]) -> None:
+        now = self.ledger.jobs(Phase.RUNNING)
+        running = before + [job for job in now if job not in before]
         log.warning(
             "worker %s: the event loop was blocked for about %.1fs (heartbeat late), a third "
             "of the visibility timeout or more: leases were at risk and another worker may run "

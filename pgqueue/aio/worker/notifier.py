@@ -36,17 +36,27 @@ class Notifier:
     `run` when it ends and read by the thread; ``wakeup`` is the fetcher's."""
 
     def __init__(
-        self, worker: str, queue: WorkerQueue, wakeup: Wakeup, *, conninfo: str | None = None
+        self,
+        worker: str,
+        queue: WorkerQueue,
+        wakeup: Wakeup,
+        reached: anyio.Event,
+        *,
+        conninfo: str | None = None,
     ) -> None:
         self.worker = worker
         self.queue = queue
         self.wakeup = wakeup
+        # Set by the fetcher once a claim came back: LISTEN waits for it, so
+        # that under a tight connection limit the claims get a connection first.
+        self.reached = reached
         self.conninfo = conninfo
         self._stop = threading.Event()
 
     async def run(self) -> None:
         token = anyio.lowlevel.current_token()
         errors = 0
+        await self.reached.wait()
         try:
             while True:
                 started = anyio.Event()

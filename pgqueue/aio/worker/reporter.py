@@ -157,4 +157,4 @@ class Reporter:
 
     def retrying(self, what: str, exc: BaseException, delay: float) -> None:
         log.warning("worker %s: %s failed (%s); retrying in %.1fs", self.worker, what,
-                    exc or type(exc).__name__, delay)  # fmt: skip
+                    str(exc) or type(exc).__name__, delay)  # fmt: skip

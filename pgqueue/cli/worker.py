@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
@@ -63,7 +64,30 @@ def run_worker(args: argparse.Namespace) -> int:
     finally:
         if opened is not None:
             opened.close()
+    leave_stuck_calls_behind()
     return 0
+
+
+def leave_stuck_calls_behind(wait: float = 2.0) -> None:
+    """Exit now if database calls the worker gave up on (past ``call_timeout``)
+    still hold their threads: a connection gone silent would keep the process
+    alive at exit, waiting for a socket that may never answer (those jobs
+    come back through their lease)."""
+    deadline = time.monotonic() + wait
+    stuck = []
+    for thread in threading.enumerate():
+        if thread is threading.current_thread() or thread.daemon:
+            continue
+        thread.join(max(0.0, deadline - time.monotonic()))
+        if thread.is_alive():
+            stuck.append(thread)
+    if stuck:
+        log.warning("%d database calls given up on are still waiting on the network; "
+                    "exiting without them", len(stuck))  # fmt: skip
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 def serve_metrics(worker: Worker | AsyncWorker, port: int) -> Queue | None:

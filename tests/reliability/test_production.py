@@ -322,10 +322,6 @@ HALF_OPEN_BOUND = CALL_TIMEOUT + 2 * HALF_OPEN_LEASE + 30.0
 BATCH = 10
 
 
-# Not on sync: there a call given up at its deadline leaves its thread (an
-# anyio worker thread, not a daemon) waiting on the silent socket, and the
-# process waits for it at exit (docs/reliability.md, "Known gaps").
-@only("asyncio", "trio")
 def test_half_open_connections_cost_a_call_timeout_and_lose_no_job(
     fleet: Fleet, backend: str, proxy: Proxy, report: Report
 ) -> None:
@@ -403,8 +399,6 @@ def ids_named(line: str) -> set[int]:
     return {int(m) for m in re.findall(r"(\d+) \(\w+\)", line)}
 
 
-# Not on sync, for the same reason as the half-open scenario above.
-@only("asyncio", "trio")
 def test_sigterm_while_the_database_is_unreachable_stops_in_bounded_time_and_loses_nothing(
     fleet: Fleet, backend: str, report: Report
 ) -> None:

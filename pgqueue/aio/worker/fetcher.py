@@ -40,6 +40,8 @@ log = logging.getLogger("pgqueue.worker")
 
 MAX_CLAIMS_IN_FLIGHT = 2
 
+_WRITING = (Phase.DONE, Phase.WRITING)
+
 
 @dataclass(eq=False)
 class Fetcher:
@@ -182,6 +184,11 @@ class Fetcher:
         from an earlier claim came back to it through its own reaper (its
         lease expired while the event loop was blocked, say): that run's
         outcome will not be written, and this claim is given back at once."""
+        # A job whose earlier run is over here, its outcome on its way (in a
+        # claim beside this one): this claim is its next attempt, handed out
+        # once that outcome is recorded.
+        while any(self.ledger.phase(job.id) in _WRITING for job in jobs):
+            await self.progress.wait()
         again = [job for job in jobs if self.ledger.phase(job.id) is not None]
         if not again:
             return jobs

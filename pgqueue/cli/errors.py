@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from ..core.events import one_line
+
+__all__ = ["OperationFailed", "UsageError", "one_line"]
+
 
 class UsageError(Exception):
     """Bad arguments or an unusable target: reported with the usage line, exit 2."""
@@ -9,8 +13,3 @@ class UsageError(Exception):
 
 class OperationFailed(Exception):
     """An operation that could not be done: one line on stderr, exit 1."""
-
-
-def one_line(exc: BaseException | str) -> str:
-    """A message on one line (libpq's span several)."""
-    return " ".join(str(exc).split()) or type(exc).__name__

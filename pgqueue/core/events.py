@@ -23,6 +23,7 @@ __all__ = [
     "check_listener",
     "first_line",
     "listeners_from",
+    "one_line",
 ]
 
 
@@ -111,6 +112,11 @@ def check_listener(fn: object) -> None:
             "an event listener must be a plain function: the worker calls it and does not "
             "await it; hand the event to a task or a queue for async work"
         )
+
+
+def one_line(exc: BaseException | str) -> str:
+    """A message on one line (libpq's span several); an exception without one, by its name."""
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def first_line(text: str | None) -> str | None:

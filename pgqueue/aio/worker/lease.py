@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import anyio
 
+from ...core.events import one_line
 from ...core.jobs import Job
 from ...core.ledger import Ledger, Phase
 from ...core.worker import Outcome, WorkerSettings, describe_jobs
@@ -59,7 +60,7 @@ class LeaseKeeper:
                                     worker=self.settings.name)  # fmt: skip
         except DATABASE_ERRORS as exc:
             log.warning("worker %s: heartbeat failed (%s)", self.settings.name,
-                        str(exc) or type(exc).__name__)  # fmt: skip
+                        one_line(exc))  # fmt: skip
             return
         if len(held) < len(jobs):
             kept = set(held)

@@ -21,6 +21,7 @@ import anyio.lowlevel
 import anyio.to_thread
 import psycopg
 
+from ...core.events import one_line
 from ...core.worker import RETRY_BACKOFF
 from ...sync.driver import connection_kwargs
 from .calls import WorkerQueue
@@ -64,7 +65,7 @@ class Notifier:
                     await self._listen_until_lost(token, started)
                 except Exception as exc:
                     log.warning("worker %s: listener lost (%s); polling meanwhile", self.worker,
-                                str(exc).strip() or type(exc).__name__)  # fmt: skip
+                                one_line(exc))  # fmt: skip
                 errors = 0 if started.is_set() else errors + 1
                 await anyio.sleep(RETRY_BACKOFF.delay(errors).total_seconds())
         finally:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from ...core.events import EventListener, EventName, JobEvent, first_line
+from ...core.events import EventListener, EventName, JobEvent, first_line, one_line
 from ...core.jobs import Job, JobStatus
 from ...core.ops import Failure
 from ...core.states import Event
@@ -157,4 +157,4 @@ class Reporter:
 
     def retrying(self, what: str, exc: BaseException, delay: float) -> None:
         log.warning("worker %s: %s failed (%s); retrying in %.1fs", self.worker, what,
-                    str(exc) or type(exc).__name__, delay)  # fmt: skip
+                    one_line(exc), delay)  # fmt: skip

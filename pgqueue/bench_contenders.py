@@ -20,7 +20,6 @@ from typing import Any
 
 import anyio
 import psycopg
-from psycopg import sql
 
 from .aio.queue import AsyncQueue
 from .aio.worker import AsyncWorker
@@ -203,11 +202,7 @@ def run_ceiling(dsn: str, n: int, batch_size: int) -> Run:
     """
     table = _table()
     claim = QueueCore(table).sql.claim
-    delete = (
-        sql.SQL("DELETE FROM {} WHERE id = ANY(%s)")
-        .format(sql.Identifier(*table.split(".")))
-        .as_bytes(None)
-    )
+    delete = SeedStatements(table).delete_batch
 
     def drain(conn: psycopg.Connection[Any], name: str, progress: Progress) -> None:
         params = {"worker": name, "limit": batch_size}

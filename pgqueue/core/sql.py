@@ -403,7 +403,8 @@ SELECT count(*) FROM purged""",
 class SeedStatements:
     """The seed design's SQL, as its article wrote it: the baseline that
     ``pgqueue bench`` runs beside pgqueue (a psycopg port; batches of 20,
-    one ``DELETE`` per job). Not used by the queue itself."""
+    one ``DELETE`` per job), and the batched delete of the bench's ceiling.
+    Not used by the queue itself."""
 
     def __init__(self, table: str) -> None:
         names = {"table": sql.Identifier(*validate_table_name(table))}
@@ -446,3 +447,5 @@ UPDATE {table} SET status='running', locked_at=now(), locked_by=%s, attempts=att
         )
         self.delete = _render("DELETE FROM {table} WHERE id = %s", **names)
         self.count = _render("SELECT count(*) FROM {table}", **names)
+        # The ceiling of `pgqueue bench`: a batch deleted by id, nothing else.
+        self.delete_batch = _render("DELETE FROM {table} WHERE id = ANY(%s)", **names)

@@ -9,8 +9,9 @@ from .aio.queue import AsyncQueue
 from .aio.worker import AsyncWorker
 from .core.backoff import Backoff
 from .core.events import EventName, JobEvent
-from .core.jobs import Job, JobNotRunning, JobSpec, JobStatus, Stats
+from .core.jobs import DuplicateJob, Job, JobNotRunning, JobSpec, JobStatus, Stats
 from .core.migrations import IncompatibleTable, SchemaError, SchemaTooNew
+from .core.ops import QueueState
 from .core.states import IllegalTransition
 from .sync.queue import Queue
 from .sync.worker import Worker
@@ -19,6 +20,7 @@ __all__ = [
     "AsyncQueue",
     "AsyncWorker",
     "Backoff",
+    "DuplicateJob",
     "EventName",
     "IllegalTransition",
     "IncompatibleTable",
@@ -28,6 +30,7 @@ __all__ = [
     "JobSpec",
     "JobStatus",
     "Queue",
+    "QueueState",
     "SchemaError",
     "SchemaTooNew",
     "Stats",

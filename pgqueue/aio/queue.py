@@ -12,8 +12,8 @@ from types import TracebackType
 from typing import Any
 
 from ..core.backoff import Backoff
-from ..core.jobs import Job, JobSpec, JobStatus, Stats, default_worker_name
-from ..core.ops import Cycle, Failure, QueueCore
+from ..core.jobs import DEFAULT_QUEUE, Job, JobSpec, JobStatus, Stats, default_worker_name
+from ..core.ops import Cycle, Failure, QueueCore, QueueState
 from ..core.states import Event
 from .driver import CallerConnection, PoolTarget, make_driver
 
@@ -119,6 +119,12 @@ class AsyncQueue:
         run_at: datetime | None = None,
         delay: timedelta | None = None,
         max_attempts: int = 3,
+        queue: str = DEFAULT_QUEUE,
+        priority: int = 0,
+        unique_key: str | None = None,
+        unique: str = "queued",
+        unique_for: timedelta | None = None,
+        on_duplicate: str = "return",
         conn: CallerConnection | None = None,
     ) -> int:
         """Add one job and return its id.
@@ -127,8 +133,29 @@ class AsyncQueue:
         exists if and only if that transaction commits, and idle workers are
         woken at commit. Without it, the queue commits the job at once.
         ``run_at`` (timezone-aware) or ``delay`` postpone it.
+
+        ``queue`` names the queue it waits in; of the jobs a worker serves,
+        higher ``priority`` (-100 to 100) runs first. With ``unique_key``,
+        at most one job holds the key in the ``unique`` scope (``"queued"``:
+        not started yet; ``"active"``: pending or running), or, with
+        ``unique_for``, for that long after it was enqueued. A duplicate is
+        not written: ``on_duplicate="return"`` returns the holder's id,
+        ``"raise"`` raises `pgqueue.DuplicateJob`, ``"replace"`` gives the
+        waiting holder this payload and run_at (see docs/unique.md).
         """
-        op = self.core.enqueue(kind, payload, run_at=run_at, delay=delay, max_attempts=max_attempts)
+        op = self.core.enqueue(
+            kind,
+            payload,
+            run_at=run_at,
+            delay=delay,
+            max_attempts=max_attempts,
+            queue=queue,
+            priority=priority,
+            unique_key=unique_key,
+            unique=unique,
+            unique_for=unique_for,
+            on_duplicate=on_duplicate,
+        )
         return await self._driver.run(op, conn)
 
     async def enqueue_many(
@@ -150,14 +177,17 @@ class AsyncQueue:
         *,
         worker: str | None = None,
         kinds: Iterable[str] | None = None,
+        queues: Iterable[str] | None = None,
     ) -> list[Job]:
-        """Take up to ``limit`` ready jobs (of ``kinds``, if given) in one statement.
+        """Take up to ``limit`` ready jobs (of ``queues`` and ``kinds``, if
+        given; of a paused queue, never) in one statement: highest priority
+        first, then the earliest due.
 
         The jobs become ``running``, locked by ``worker``, with one more
         attempt counted. Concurrent claimers never receive the same job.
         """
         name = default_worker_name() if worker is None else worker
-        op = self.core.claim(limit, worker=name, kinds=kinds)
+        op = self.core.claim(limit, worker=name, kinds=kinds, queues=queues)
         return await self._driver.run(op)
 
     async def complete(self, *jobs_or_ids: Job | int) -> int:
@@ -206,6 +236,22 @@ class AsyncQueue:
         5 minutes, the workers' default) -- jobs the reaper will take back."""
         return await self._driver.run(self.core.stats(visibility_timeout))
 
+    async def pause_queue(self, name: str) -> None:
+        """Pause a queue: no claim takes its jobs until `resume_queue`.
+
+        Jobs can still be enqueued to it; running ones finish. Kept in
+        ``<table>_queues``, so it holds for every worker and survives restarts.
+        """
+        await self._driver.run(self.core.set_paused(name, True))
+
+    async def resume_queue(self, name: str) -> None:
+        """Resume a paused queue, and wake idle workers."""
+        await self._driver.run(self.core.set_paused(name, False))
+
+    async def queues(self) -> list[QueueState]:
+        """Every queue with jobs or that was ever paused: its jobs by status, paused or not."""
+        return await self._driver.run(self.core.queues())
+
     async def settle(
         self, succeeded: Sequence[int], failures: Sequence[Failure], *, worker: str
     ) -> tuple[list[int], dict[int, JobStatus]]:
@@ -220,18 +266,26 @@ class AsyncQueue:
         worker: str,
         limit: int,
         kinds: Iterable[str] | None = None,
+        queues: Iterable[str] | None = None,
         claim_bytes: int | None = None,
     ) -> Cycle:
         """Record ``worker``'s outcomes and claim its next batch in one round trip
         (at most ``limit`` jobs; with ``claim_bytes``, stopping at the one
         whose payload takes the batch past that many bytes)."""
         op = self.core.cycle(succeeded, failures, worker=worker, limit=limit, kinds=kinds,
-                             claim_bytes=claim_bytes)  # fmt: skip
+                             queues=queues, claim_bytes=claim_bytes)  # fmt: skip
         return await self._driver.run(op)
 
-    async def claim_orphan(self, *, worker: str, kinds: Iterable[str] | None = None) -> list[Job]:
+    async def claim_orphan(
+        self,
+        *,
+        worker: str,
+        kinds: Iterable[str] | None = None,
+        queues: Iterable[str] | None = None,
+    ) -> list[Job]:
         """Claim one orphaned job (`Job.orphaned`), which a worker runs alone."""
-        return await self._driver.run(self.core.claim_orphan(worker=worker, kinds=kinds))
+        op = self.core.claim_orphan(worker=worker, kinds=kinds, queues=queues)
+        return await self._driver.run(op)
 
     async def heartbeat(self, job_ids: Sequence[int], *, worker: str) -> list[int]:
         """Renew the leases of ``worker``'s running jobs; return those still held."""

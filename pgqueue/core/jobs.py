@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 __all__ = [
+    "DuplicateJob",
     "Job",
     "JobNotRunning",
     "JobSpec",
@@ -25,6 +26,9 @@ __all__ = [
     "ValidatedSpec",
     "validate_kind",
     "validate_kinds",
+    "validate_priority",
+    "validate_queue",
+    "validate_queues",
     "validate_spec",
     "validate_table_name",
 ]
@@ -35,6 +39,14 @@ MAX_IDENTIFIER_LENGTH = 63
 # Index names are "<table>_ready" and so on.
 MAX_TABLE_NAME_LENGTH = 48
 _NO_DELAY = timedelta(0)
+# A job's priority: larger runs first.
+MIN_PRIORITY, MAX_PRIORITY = -100, 100
+DEFAULT_QUEUE = "default"
+# Names of queues, unique keys and schedules.
+MAX_NAME_LENGTH = 255
+# The scopes of `unique=`, and what `on_duplicate=` may say.
+UNIQUE_SCOPES = ("queued", "active")
+ON_DUPLICATE = ("return", "raise", "replace")
 # The largest payload accepted, measured as the JSON text pgqueue sends
 # (all ASCII, so a character is a byte). jsonb refuses a string, array or
 # object whose stored form passes 2**28 - 1 bytes (just under 256 MiB), but
@@ -92,6 +104,9 @@ class Job:
     locked_by: str | None
     locked_at: datetime | None
     created_at: datetime
+    queue: str = DEFAULT_QUEUE
+    priority: int = 0
+    unique_key: str | None = None
 
     @property
     def orphaned(self) -> bool:
@@ -119,13 +134,16 @@ class Job:
             locked_by=row["locked_by"],
             locked_at=None if locked_at is None else datetime.fromisoformat(locked_at),
             created_at=datetime.fromisoformat(row["created_at"]),
+            queue=row["queue"],
+            priority=row["priority"],
+            unique_key=row["unique_key"],
         )
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> Job:
         """Build a job from a row in the order of `pgqueue.core.sql.JOB_COLUMNS`."""
         (id_, kind, payload, attempts, max_attempts, status, run_at, last_error, locked_by,
-         locked_at, created_at) = row  # fmt: skip
+         locked_at, created_at, queue, priority, unique_key) = row  # fmt: skip
         return cls(
             id=id_,
             kind=kind,
@@ -138,6 +156,9 @@ class Job:
             locked_by=locked_by,
             locked_at=locked_at,
             created_at=created_at,
+            queue=queue,
+            priority=priority,
+            unique_key=unique_key,
         )
 
 
@@ -146,7 +167,7 @@ class JobSpec:
     """A job to enqueue, for `enqueue_many`.
 
     >>> JobSpec("send_receipt", {"order_id": 7}, delay=timedelta(minutes=5))
-    JobSpec(kind='send_receipt', payload={'order_id': 7}, run_at=None, delay=datetime.timedelta(seconds=300), max_attempts=3)
+    JobSpec(kind='send_receipt', payload={'order_id': 7}, run_at=None, delay=datetime.timedelta(seconds=300), max_attempts=3, queue='default', priority=0, unique_key=None, unique='queued', unique_for=None, on_duplicate='return')
     """  # noqa: E501
 
     kind: str
@@ -154,6 +175,28 @@ class JobSpec:
     run_at: datetime | None = None
     delay: timedelta | None = None
     max_attempts: int = 3
+    queue: str = DEFAULT_QUEUE
+    priority: int = 0
+    unique_key: str | None = None
+    unique: str = "queued"
+    unique_for: timedelta | None = None
+    on_duplicate: str = "return"
+
+
+@dataclass(frozen=True, slots=True)
+class Unique:
+    """A validated uniqueness rule: at most one job with `key` in `scope`
+    (``queued``, ``active``), or, with `window`, one per key per window."""
+
+    key: str
+    scope: str
+    window: timedelta | None
+    on_duplicate: str
+
+    @property
+    def stored_scope(self) -> str:
+        """What the row's ``unique_scope`` column says: which unique index holds it."""
+        return "window" if self.window is not None else self.scope
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +208,9 @@ class ValidatedSpec:
     run_at: datetime | None
     delay: timedelta
     max_attempts: int
+    queue: str = DEFAULT_QUEUE
+    priority: int = 0
+    unique: Unique | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,10 +224,23 @@ class Stats:
     expired: int = 0
     """Running jobs whose lease is older than the visibility timeout `stats()` was
     given: the reaper will return them to pending (their worker is presumably gone)."""
+    by_queue: dict[str, dict[JobStatus, int]] = field(default_factory=dict)
+    by_priority: dict[int, dict[JobStatus, int]] = field(default_factory=dict)
+    """Counts by priority, highest first."""
 
     @property
     def total(self) -> int:
         return sum(self.by_status.values())
+
+
+class DuplicateJob(Exception):
+    """Raised by ``enqueue(..., unique_key=..., on_duplicate="raise")`` when the
+    key is taken; `existing_id` is the job that holds it."""
+
+    def __init__(self, unique_key: str, existing_id: int) -> None:
+        super().__init__(f"a job with unique key {unique_key!r} exists already: job {existing_id}")
+        self.unique_key = unique_key
+        self.existing_id = existing_id
 
 
 class JobNotRunning(Exception):
@@ -265,9 +324,18 @@ def validate_spec(
     run_at: datetime | None = None,
     delay: timedelta | None = None,
     max_attempts: int = 3,
+    queue: str = DEFAULT_QUEUE,
+    priority: int = 0,
+    unique_key: str | None = None,
+    unique: str = "queued",
+    unique_for: timedelta | None = None,
+    on_duplicate: str = "return",
 ) -> ValidatedSpec:
     """Check one job's arguments; raise TypeError or ValueError on the first bad one."""
     kind = validate_kind(kind)
+    queue = validate_queue(queue)
+    priority = validate_priority(priority)
+    rule = validate_unique(unique_key, unique, unique_for, on_duplicate)
     if isinstance(max_attempts, bool) or not isinstance(max_attempts, int):
         raise TypeError(f"max_attempts must be an int, not {type(max_attempts).__name__}")
     if not 1 <= max_attempts <= 2**31 - 1:
@@ -280,7 +348,80 @@ def validate_spec(
         if run_at.tzinfo is None or run_at.utcoffset() is None:
             raise ValueError("run_at must be timezone-aware (a naive datetime is ambiguous)")
     delay = _NO_DELAY if delay is None else validate_delay(delay, "delay")
-    return ValidatedSpec(kind, encode_payload(payload), run_at, delay, max_attempts)
+    payload_json = encode_payload(payload)
+    return ValidatedSpec(kind, payload_json, run_at, delay, max_attempts, queue, priority, rule)
+
+
+def _validate_name(value: object, what: str) -> str:
+    """A queue name or a unique key: non-empty text that a text column stores."""
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a str, not {type(value).__name__}")
+    if not value:
+        raise ValueError(f"{what} must not be empty")
+    if "\x00" in value:
+        raise ValueError(f"{what} must not contain NUL characters")
+    if len(value) > MAX_NAME_LENGTH:
+        raise ValueError(f"{what} is longer than {MAX_NAME_LENGTH} characters")
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        raise ValueError(f"{what} must be valid Unicode text (it has a lone surrogate)") from None
+    return value
+
+
+def validate_queue(queue: object) -> str:
+    """A queue's name."""
+    return _validate_name(queue, "queue name")
+
+
+def validate_queues(queues: Iterable[str] | None) -> list[str] | None:
+    """A worker's `queues=`: the queues it serves; None means every queue."""
+    if queues is None:
+        return None
+    if isinstance(queues, str):
+        raise TypeError("queues must be a collection of str, not a single str")
+    checked = sorted({validate_queue(q) for q in queues})
+    if not checked:
+        raise ValueError("queues must name at least one queue (or be None for all queues)")
+    return checked
+
+
+def validate_priority(priority: object) -> int:
+    """A priority: an int from -100 to 100, larger first."""
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise TypeError(f"priority must be an int, not {type(priority).__name__}")
+    if not MIN_PRIORITY <= priority <= MAX_PRIORITY:
+        raise ValueError(
+            f"priority must be from {MIN_PRIORITY} to {MAX_PRIORITY} (larger runs first), "
+            f"got {priority}"
+        )
+    return priority
+
+
+def validate_unique(
+    key: object, scope: object, window: object, on_duplicate: object
+) -> Unique | None:
+    """The uniqueness rule of one job, or None when it has no `unique_key`.
+
+    ``unique``, ``unique_for`` and ``on_duplicate`` are checked even without a
+    key, so that a typo is refused rather than silently ignored."""
+    if scope not in UNIQUE_SCOPES:
+        raise ValueError(
+            f"unique must be one of {', '.join(map(repr, UNIQUE_SCOPES))}, got {scope!r}"
+        )
+    if on_duplicate not in ON_DUPLICATE:
+        known = ", ".join(map(repr, ON_DUPLICATE))
+        raise ValueError(f"on_duplicate must be one of {known}, got {on_duplicate!r}")
+    if window is not None:
+        window = validate_timeout(window, "unique_for")
+        if window > MAX_DELAY:
+            raise ValueError(f"unique_for must be at most {MAX_DELAY.days} days, got {window}")
+    if key is None:
+        if window is not None:
+            raise ValueError("unique_for needs a unique_key")
+        return None
+    assert isinstance(scope, str) and isinstance(on_duplicate, str)
+    return Unique(_validate_name(key, "unique_key"), scope, window, on_duplicate)
 
 
 def validate_delay(value: object, name: str) -> timedelta:
@@ -314,6 +455,12 @@ def validate_specs(specs: Iterable[SpecLike]) -> list[ValidatedSpec]:
                     run_at=spec.run_at,
                     delay=spec.delay,
                     max_attempts=spec.max_attempts,
+                    queue=spec.queue,
+                    priority=spec.priority,
+                    unique_key=spec.unique_key,
+                    unique=spec.unique,
+                    unique_for=spec.unique_for,
+                    on_duplicate=spec.on_duplicate,
                 )
             )
         elif isinstance(spec, tuple) and len(spec) == 2:

@@ -23,7 +23,7 @@ from psycopg import sql
 
 from .jobs import validate_table_name
 from .plans import Plan, Query
-from .sql import ORPHANED
+from .sql import ORPHANED, UNIQUE_PREDICATES
 
 __all__ = [
     "LATEST_VERSION",
@@ -63,6 +63,12 @@ class SchemaNames:
     history_index: sql.Identifier
     orphans_index: sql.Identifier
     running_index: sql.Identifier
+    claim_index: sql.Identifier
+    unique_queued_index: sql.Identifier
+    unique_active_index: sql.Identifier
+    queues: sql.Identifier
+    unique_leases: sql.Identifier
+    schedules: sql.Identifier
     versions: sql.Identifier
     # The key of this table's rows in ``pgqueue_schema``, which lives in
     # the same schema: the table's own name is unique there.
@@ -71,6 +77,7 @@ class SchemaNames:
     regclass: str
     versions_regclass: str
     running_index_regclass: str
+    claim_index_regclass: str
 
     @classmethod
     def for_table(cls, table: str) -> SchemaNames:
@@ -86,14 +93,19 @@ class SchemaNames:
             history_index=sql.Identifier(f"{name}_history_finished"),
             orphans_index=sql.Identifier(f"{name}_orphans"),
             running_index=sql.Identifier(f"{name}_running"),
+            claim_index=sql.Identifier(f"{name}_claim"),
+            unique_queued_index=sql.Identifier(f"{name}_unique_queued"),
+            unique_active_index=sql.Identifier(f"{name}_unique_active"),
+            queues=sql.Identifier(*schema, f"{name}_queues"),
+            unique_leases=sql.Identifier(*schema, f"{name}_unique_leases"),
+            schedules=sql.Identifier(*schema, f"{name}_schedules"),
             versions=versions,
             key=name,
             regclass=ident.as_bytes(None).decode(),
             versions_regclass=versions.as_bytes(None).decode(),
             # An index lives in its table's schema.
-            running_index_regclass=sql.Identifier(*schema, f"{name}_running")
-            .as_bytes(None)
-            .decode(),
+            running_index_regclass=_quoted(*schema, f"{name}_running"),
+            claim_index_regclass=_quoted(*schema, f"{name}_claim"),
         )
 
     def render(self, template: str) -> bytes:
@@ -106,11 +118,22 @@ class SchemaNames:
                 history_index=self.history_index,
                 orphans_index=self.orphans_index,
                 running_index=self.running_index,
+                claim_index=self.claim_index,
+                unique_queued_index=self.unique_queued_index,
+                unique_active_index=self.unique_active_index,
+                queues=self.queues,
+                unique_leases=self.unique_leases,
+                schedules=self.schedules,
                 orphaned=ORPHANED,
                 versions=self.versions,
             )
             .as_bytes(None)
         )
+
+
+def _quoted(*parts: str) -> str:
+    """A name quoted as ``to_regclass`` reads it."""
+    return sql.Identifier(*parts).as_bytes(None).decode()
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,39 +309,141 @@ def _running_index(n: SchemaNames) -> Plan[None]:
     # On a big table, an operator builds it beforehand without blocking
     # writes (CREATE INDEX CONCURRENTLY, same name and definition), and this
     # migration keeps it; unless that build failed and left it unusable.
+    yield from _check_prebuilt_index(n, n.running_index_regclass, RUNNING_INDEX_DEFINITION)
+    yield Query(
+        n.render(
+            "CREATE INDEX IF NOT EXISTS {running_index} ON {table} (locked_at)"
+            " WHERE status = 'running' AND locked_at IS NOT NULL"
+        )
+    )
+
+
+def _check_prebuilt_index(n: SchemaNames, name: str, definition: str) -> Plan[None]:
+    """Accept an index an operator built beforehand (CREATE INDEX CONCURRENTLY,
+    same name and definition) so that ``CREATE INDEX IF NOT EXISTS`` keeps it;
+    refuse one that is invalid, of another table, or another definition."""
     rows = yield Query(
         b"""
 SELECT i.indrelid IS NOT DISTINCT FROM %s::regclass, i.indisvalid,
        CASE WHEN NOT i.indisunique THEN split_part(pg_get_indexdef(c.oid), ' USING ', 2) END
   FROM pg_class c LEFT JOIN pg_index i ON i.indexrelid = c.oid
  WHERE c.oid = to_regclass(%s)""",
-        (n.regclass, n.running_index_regclass),
+        (n.regclass, name),
     )
-    if rows:
-        [(ours, valid, definition)] = rows
-        name = n.running_index_regclass
-        if not ours:
-            raise SchemaError(
-                f"{name} exists and is not an index of {n.table_name}: "
-                "rename or drop it, then install again"
-            )
-        if not valid:
-            raise SchemaError(
-                f"index {name} exists but is invalid (a CREATE INDEX CONCURRENTLY that "
-                "failed, or is still running): drop it (DROP INDEX CONCURRENTLY) and build "
-                "it again, or drop it and let install() build it"
-            )
-        if definition != RUNNING_INDEX_DEFINITION:
-            found = "a unique index" if definition is None else definition
-            raise SchemaError(
-                f"index {name} exists but is not the one pgqueue needs: it is {found}, not "
-                f"{RUNNING_INDEX_DEFINITION} (see docs/migrations.md); drop it and install again"
-            )
+    if not rows:
+        return
+    [(ours, valid, found)] = rows
+    if not ours:
+        raise SchemaError(
+            f"{name} exists and is not an index of {n.table_name}: "
+            "rename or drop it, then install again"
+        )
+    if not valid:
+        raise SchemaError(
+            f"index {name} exists but is invalid (a CREATE INDEX CONCURRENTLY that "
+            "failed, or is still running): drop it (DROP INDEX CONCURRENTLY) and build "
+            "it again, or drop it and let install() build it"
+        )
+    if found != definition:
+        found = "a unique index" if found is None else found
+        raise SchemaError(
+            f"index {name} exists but is not the one pgqueue needs: it is {found}, not "
+            f"{definition} (see docs/migrations.md); drop it and install again"
+        )
+
+
+# The claim index as pg_get_indexdef shows it after " USING ".
+CLAIM_INDEX_DEFINITION: Final = (
+    "btree (queue, priority, run_at, id) WHERE (status = 'pending'::text)"
+)
+
+
+def _queues_priorities_unique_schedules(n: SchemaNames) -> Plan[None]:
+    # Each job belongs to a named queue and has a priority (larger first).
+    # Adding a column with a constant default rewrites nothing.
+    yield Query(
+        n.render("""
+ALTER TABLE {table}
+    ADD COLUMN IF NOT EXISTS queue text NOT NULL DEFAULT 'default',
+    ADD COLUMN IF NOT EXISTS priority smallint NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS unique_key text,
+    ADD COLUMN IF NOT EXISTS unique_scope text""")
+    )
+    # NOT VALID, then VALIDATE: existing rows are read without blocking writes.
+    for check in (
+        "priority BETWEEN -100 AND 100",
+        "unique_scope IN ('queued', 'active', 'window')",
+        "(unique_key IS NULL) = (unique_scope IS NULL)",
+    ):
+        yield Query(n.render("ALTER TABLE {table} ADD CHECK (" + check + ") NOT VALID"))
     yield Query(
         n.render(
-            "CREATE INDEX IF NOT EXISTS {running_index} ON {table} (locked_at)"
-            " WHERE status = 'running' AND locked_at IS NOT NULL"
+            "ALTER TABLE {history} ADD COLUMN IF NOT EXISTS queue text NOT NULL DEFAULT 'default',"
+            " ADD COLUMN IF NOT EXISTS priority smallint NOT NULL DEFAULT 0"
         )
+    )
+    # The claim index: the pending jobs by queue and priority, then in the
+    # order they are due. A claim walks the (queue, priority) levels present
+    # and reads each level from its due end (see `pgqueue.core.sql`), so it
+    # reads O(batch) entries whatever other queues, lower priorities or
+    # future jobs the table holds. It replaces the ready index of migration
+    # 1, which it covers for every claim; two indexes would slow every write.
+    yield from _check_prebuilt_index(n, n.claim_index_regclass, CLAIM_INDEX_DEFINITION)
+    yield Query(
+        n.render(
+            "CREATE INDEX IF NOT EXISTS {claim_index} ON {table} (queue, priority, run_at, id)"
+            " WHERE status = 'pending'"
+        )
+    )
+    yield Query(n.render("DROP INDEX IF EXISTS {ready_index}"))
+    # Unique jobs. A job leaves its index's predicate for good when it
+    # starts (queued: its first claim makes attempts > 0, and neither a
+    # retry nor a release brings it back to 0) or ends (active: dead, or
+    # deleted): no worker statement can collide with a newer duplicate.
+    for index, scope in (("{unique_queued_index}", "queued"), ("{unique_active_index}", "active")):
+        yield Query(
+            n.render(
+                f"CREATE UNIQUE INDEX IF NOT EXISTS {index} ON {{table}} (unique_key)"
+                f" WHERE {UNIQUE_PREDICATES[scope]}"
+            )
+        )
+    # unique_for: the key is held for a window, even after its job is gone.
+    yield Query(
+        n.render("""
+CREATE TABLE IF NOT EXISTS {unique_leases} (
+    unique_key text PRIMARY KEY,
+    job_id     bigint NOT NULL,
+    expires_at timestamptz NOT NULL
+)""")
+    )
+    # Paused queues (a row per queue an operator touched).
+    yield Query(
+        n.render("""
+CREATE TABLE IF NOT EXISTS {queues} (
+    queue      text PRIMARY KEY,
+    paused     boolean NOT NULL DEFAULT false,
+    changed_at timestamptz NOT NULL DEFAULT now()
+)""")
+    )
+    # Schedules: what each one enqueues, and the last tick it enqueued.
+    yield Query(
+        n.render("""
+CREATE TABLE IF NOT EXISTS {schedules} (
+    name        text PRIMARY KEY,
+    kind        text NOT NULL,
+    cron        text,
+    every       interval,
+    tz          text NOT NULL DEFAULT 'UTC',
+    payload     jsonb NOT NULL DEFAULT 'null',
+    queue       text NOT NULL DEFAULT 'default',
+    priority    smallint NOT NULL DEFAULT 0,
+    overlap     boolean NOT NULL DEFAULT true,
+    paused      boolean NOT NULL DEFAULT false,
+    last_tick   timestamptz,
+    last_job_id bigint,
+    updated_at  timestamptz NOT NULL DEFAULT now(),
+    CHECK ((cron IS NULL) <> (every IS NULL))
+)""")
     )
 
 
@@ -329,6 +454,11 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
     Migration(4, "history table for jobs that left the queue", _history),
     Migration(5, "partial index of orphaned jobs", _orphans_index),
     Migration(6, "partial index of running jobs, for the reaper", _running_index),
+    Migration(
+        7,
+        "queues, priorities, unique jobs and schedules",
+        _queues_priorities_unique_schedules,
+    ),
 )
 LATEST_VERSION: Final = MIGRATIONS[-1].version
 
@@ -376,7 +506,9 @@ CREATE TABLE IF NOT EXISTS {versions} (
 def uninstall_plan(n: SchemaNames) -> Plan[None]:
     """Drop the queue table, its history table and its schema record."""
     yield Query(_INSTALL_LOCK)
-    yield Query(n.render("DROP TABLE IF EXISTS {table}, {history}"))
+    yield Query(
+        n.render("DROP TABLE IF EXISTS {table}, {history}, {queues}, {unique_leases}, {schedules}")
+    )
     ((exists,),) = yield Query(b"SELECT to_regclass(%s) IS NOT NULL", (n.versions_regclass,))
     if exists:
         yield Query(n.render("DELETE FROM {versions} WHERE queue_table = %s"), (n.key,))

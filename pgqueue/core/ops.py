@@ -15,8 +15,10 @@ from typing import Any, TypeVar
 
 from .backoff import Backoff
 from .jobs import (
+    DEFAULT_QUEUE,
     DEFAULT_VISIBILITY_TIMEOUT,
     LEASE_EXPIRED,
+    DuplicateJob,
     Job,
     JobNotRunning,
     JobStatus,
@@ -31,6 +33,8 @@ from .jobs import (
     validate_job_id,
     validate_kinds,
     validate_limit,
+    validate_queue,
+    validate_queues,
     validate_spec,
     validate_specs,
     validate_status,
@@ -56,6 +60,11 @@ __all__ = [
 
 T = TypeVar("T")
 
+# How often an enqueue of a unique job tries again when the job holding its
+# key left the key's scope between the insert and the look-up (it started,
+# or ended): each time, the insert is tried anew.
+UNIQUE_TRIES = 5
+
 # Batches of at least this many jobs are written with COPY rather than INSERT.
 COPY_THRESHOLD = 200
 # ... and so are smaller ones whose payloads (JSON text) weigh more than this:
@@ -72,6 +81,15 @@ class Cycle:
     completed: list[int]
     failed: dict[int, JobStatus]
     claimed: list[Job]
+
+
+@dataclass(frozen=True, slots=True)
+class QueueState:
+    """A queue as `queues()` reports it: paused or not, and its jobs by status."""
+
+    name: str
+    paused: bool
+    counts: dict[JobStatus, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,22 +157,68 @@ class QueueCore:
         run_at: datetime | None = None,
         delay: timedelta | None = None,
         max_attempts: int = 3,
+        queue: str = DEFAULT_QUEUE,
+        priority: int = 0,
+        unique_key: str | None = None,
+        unique: str = "queued",
+        unique_for: timedelta | None = None,
+        on_duplicate: str = "return",
     ) -> Operation[int]:
-        spec = validate_spec(kind, payload, run_at=run_at, delay=delay, max_attempts=max_attempts)
+        spec = validate_spec(
+            kind,
+            payload,
+            run_at=run_at,
+            delay=delay,
+            max_attempts=max_attempts,
+            queue=queue,
+            priority=priority,
+            unique_key=unique_key,
+            unique=unique,
+            unique_for=unique_for,
+            on_duplicate=on_duplicate,
+        )
+        return Operation(self._enqueue_one(spec))
 
-        def plan() -> Plan[int]:
-            params = {
-                "kind": spec.kind,
-                "payload": spec.payload_json,
-                "run_at": spec.run_at,
-                "delay": spec.delay,
-                "max_attempts": spec.max_attempts,
-                "channel": self.channel,
-            }
+    def _enqueue_one(self, spec: ValidatedSpec) -> Plan[int]:
+        params: dict[str, Any] = {
+            "kind": spec.kind,
+            "payload": spec.payload_json,
+            "run_at": spec.run_at,
+            "delay": spec.delay,
+            "max_attempts": spec.max_attempts,
+            "queue": spec.queue,
+            "priority": spec.priority,
+            "channel": self.channel,
+        }
+        rule = spec.unique
+        if rule is None:
             rows = yield Query(self.sql.enqueue, params)
             return int(rows[0][0])
-
-        return Operation(plan())
+        params["unique_key"] = rule.key
+        if rule.window is not None:
+            params.update(window=rule.window, table=self.table)
+            insert, holder = self.sql.window_insert, self.sql.window_holder
+        else:
+            insert = self.sql.unique_inserts[rule.scope, rule.on_duplicate == "replace"]
+            holder = self.sql.unique_holders[rule.scope]
+        for _ in range(UNIQUE_TRIES):
+            rows = yield Query(insert, params)
+            if rows:
+                return int(rows[0][0])  # new, or the waiting holder replaced
+            # Taken: by whom? A fresh statement sees a holder that committed
+            # while the insert waited for it.
+            rows = yield Query(holder, params)
+            if not rows:
+                continue  # the holder started or ended meanwhile: try again
+            existing = int(rows[0][0])
+            if rule.on_duplicate == "raise":
+                raise DuplicateJob(rule.key, existing)
+            if rule.on_duplicate == "replace" and rule.window is not None:
+                yield Query(self.sql.window_replace, {**params, "existing": existing})
+            return existing
+        raise RuntimeError(
+            f"unique key {rule.key!r} changed hands {UNIQUE_TRIES} times during one enqueue"
+        )
 
     def enqueue_many(self, specs: Iterable[SpecLike]) -> Operation[list[int]]:
         checked = validate_specs(specs)
@@ -162,52 +226,84 @@ class QueueCore:
         def plan() -> Plan[list[int]]:
             if not checked:
                 return []
-            rows = yield Query(self.sql.allocate_ids, (self.table, len(checked)))
-            db_now, ids = rows[0]
-            ids.sort()
-            # run_at from the database's clock, so that a skewed client
-            # neither runs jobs early nor holds them back.
-            records = [
-                (job_id, s.kind, s.payload_json, s.run_at or db_now + s.delay, s.max_attempts)
-                for job_id, s in zip(ids, checked, strict=True)
-            ]
-            if len(records) >= COPY_THRESHOLD or _too_heavy_for_arrays(checked):
-                yield Copy(self.sql.copy_in, copy_text(records))
-            else:
-                yield Query(
-                    self.sql.insert_arrays, [list(col) for col in zip(*records, strict=True)]
-                )
-            kinds = sorted({s.kind for s in checked})
-            yield Query(self.sql.notify_kinds, (self.channel, kinds))
-            return list(ids)
+            # Unique jobs go one by one, each with its key's rule; the rest
+            # are written together.
+            plain = [s for s in checked if s.unique is None]
+            ids: list[int] = []
+            if plain:
+                rows = yield Query(self.sql.allocate_ids, (self.table, len(plain)))
+                db_now, ids = rows[0]
+                ids.sort()
+                # run_at from the database's clock, so that a skewed client
+                # neither runs jobs early nor holds them back.
+                records = [
+                    (i, s.kind, s.payload_json, s.run_at or db_now + s.delay, s.max_attempts,
+                     s.queue, s.priority)
+                    for i, s in zip(ids, plain, strict=True)
+                ]  # fmt: skip
+                if len(records) >= COPY_THRESHOLD or _too_heavy_for_arrays(plain):
+                    yield Copy(self.sql.copy_in, copy_text(records))
+                else:
+                    yield Query(
+                        self.sql.insert_arrays, [list(col) for col in zip(*records, strict=True)]
+                    )
+                kinds = sorted({s.kind for s in plain})
+                yield Query(self.sql.notify_kinds, (self.channel, kinds))
+            plain_ids = iter(ids)
+            out = []
+            for spec in checked:
+                if spec.unique is None:
+                    out.append(next(plain_ids))
+                else:
+                    out.append((yield from self._enqueue_one(spec)))
+            return out
 
         return Operation(plan(), atomic=True)
 
     # -- claim and outcomes ---------------------------------------------
 
-    def _claim_params(self, limit: int, worker: str, kinds: Iterable[str] | None) -> dict[str, Any]:
-        """A claim's validated parameters; ``kinds`` is present only to filter by kind."""
+    def _claim_params(
+        self,
+        limit: int,
+        worker: str,
+        kinds: Iterable[str] | None,
+        queues: Iterable[str] | None = None,
+    ) -> dict[str, Any]:
+        """A claim's validated parameters; ``kinds`` and ``queues`` are present
+        only to filter by them."""
         limit = validate_limit(limit)
         kind_list = validate_kinds(kinds)
+        queue_list = validate_queues(queues)
         if not isinstance(worker, str) or not worker or "\x00" in worker:
             raise ValueError("worker must be a non-empty str")
         params: dict[str, Any] = {"worker": worker, "limit": limit}
         if kind_list is not None:
             params["kinds"] = kind_list
+        if queue_list is not None:
+            params["queues"] = queue_list
         return params
 
     def claim(
-        self, limit: int = 20, *, worker: str, kinds: Iterable[str] | None = None
+        self,
+        limit: int = 20,
+        *,
+        worker: str,
+        kinds: Iterable[str] | None = None,
+        queues: Iterable[str] | None = None,
     ) -> Operation[list[Job]]:
-        params = self._claim_params(limit, worker, kinds)
-        return self._claim(self.sql.claim_kinds if "kinds" in params else self.sql.claim, params)
+        params = self._claim_params(limit, worker, kinds, queues)
+        return self._claim(self.sql.claims["queues" in params, "kinds" in params], params)
 
     def claim_orphan(
-        self, *, worker: str, kinds: Iterable[str] | None = None
+        self,
+        *,
+        worker: str,
+        kinds: Iterable[str] | None = None,
+        queues: Iterable[str] | None = None,
     ) -> Operation[list[Job]]:
         """Claim one orphaned job (`Job.orphaned`), for a worker to run alone."""
-        params = self._claim_params(1, worker, kinds)
-        orphan = self.sql.claim_orphan_kinds if "kinds" in params else self.sql.claim_orphan
+        params = self._claim_params(1, worker, kinds, queues)
+        orphan = self.sql.orphan_claims["queues" in params, "kinds" in params]
         return self._claim(orphan, params)
 
     def _claim(self, statement: bytes, params: dict[str, Any]) -> Operation[list[Job]]:
@@ -225,12 +321,13 @@ class QueueCore:
         worker: str,
         limit: int,
         kinds: Iterable[str] | None = None,
+        queues: Iterable[str] | None = None,
         claim_bytes: int | None = None,
     ) -> Operation[Cycle]:
         """One turn of a worker: record its outcomes and claim its next batch,
         in one statement (see `Statements.cycle`); the batch stops at the job
         whose payload takes it past ``claim_bytes``, if given."""
-        claim = self._claim_params(limit, worker, kinds)
+        claim = self._claim_params(limit, worker, kinds, queues)
         if validate_claim_bytes(claim_bytes) is not None:
             claim["claim_bytes"] = claim_bytes
         return self._cycle(succeeded, failures, worker, claim)
@@ -242,12 +339,7 @@ class QueueCore:
         worker: str,
         claim: dict[str, Any],
     ) -> Operation[Cycle]:
-        statement = {
-            (False, False): self.sql.cycle,
-            (False, True): self.sql.cycle_kinds,
-            (True, False): self.sql.cycle_bytes,
-            (True, True): self.sql.cycle_bytes_kinds,
-        }["claim_bytes" in claim, "kinds" in claim]
+        statement = self.sql.cycles["queues" in claim, "kinds" in claim, "claim_bytes" in claim]
         params = {**claim, "worker": worker, "done": list(succeeded), **_failure_arrays(failures)}
 
         def plan() -> Plan[Cycle]:
@@ -348,6 +440,7 @@ class QueueCore:
             [(ours,)] = yield Query(self.sql.reap_lock, (self.table,))
             if not ours:
                 return {}  # another worker is reaping this table right now
+            yield Query(self.sql.prune_leases)
             rows = yield Query(self.sql.expired, (timeout,))
             failures = [
                 self.failure(
@@ -390,7 +483,7 @@ class QueueCore:
         def plan() -> Plan[int]:
             if not ids:
                 return 0
-            rows = yield Query(self.sql.retry, (ids, self.channel))
+            rows = yield Query(self.sql.retry, {"ids": ids, "channel": self.channel})
             return len(rows)
 
         return Operation(plan())
@@ -405,17 +498,51 @@ class QueueCore:
             rows = yield Query(self.sql.stats, (timeout,))
             by_status = dict.fromkeys(JobStatus, 0)
             by_kind: dict[str, dict[JobStatus, int]] = {}
+            by_queue: dict[str, dict[JobStatus, int]] = {}
+            by_priority: dict[int, dict[JobStatus, int]] = {}
             ages = []
             expired = 0
-            for kind, status, count, age, past_lease in rows:
+            for queue, priority, kind, status, count, age, past_lease in rows:
                 st = JobStatus(status)
                 by_status[st] += count
-                by_kind.setdefault(kind, dict.fromkeys(JobStatus, 0))[st] = count
+                for table, key in ((by_kind, kind), (by_queue, queue), (by_priority, priority)):
+                    table.setdefault(key, dict.fromkeys(JobStatus, 0))[st] += count
                 if age is not None:
                     ages.append(age)
                 expired += past_lease
             oldest = max(ages, default=None)
-            return Stats(by_status, dict(sorted(by_kind.items())), oldest, expired)
+            return Stats(
+                by_status,
+                dict(sorted(by_kind.items())),
+                oldest,
+                expired,
+                dict(sorted(by_queue.items())),
+                dict(sorted(by_priority.items(), reverse=True)),
+            )
+
+        return Operation(plan())
+
+    def set_paused(self, queue: str, paused: bool) -> Operation[None]:
+        """Pause a queue (claims leave its jobs alone) or resume it (and wake workers)."""
+        params = {"queue": validate_queue(queue), "paused": paused, "channel": self.channel}
+
+        def plan() -> Plan[None]:
+            yield Query(self.sql.set_paused, params)
+
+        return Operation(plan())
+
+    def queues(self) -> Operation[list[QueueState]]:
+        """Every queue with jobs or a pause record, by name."""
+
+        def plan() -> Plan[list[QueueState]]:
+            rows = yield Query(self.sql.queue_states)
+            found: dict[str, QueueState] = {}
+            for name, paused, status, count in rows:
+                state = found.setdefault(
+                    name, QueueState(name, paused, dict.fromkeys(JobStatus, 0))
+                )
+                state.counts[JobStatus(status)] += count
+            return list(found.values())
 
         return Operation(plan())
 
@@ -495,26 +622,30 @@ def _too_heavy_for_arrays(specs: Sequence[ValidatedSpec]) -> bool:
 _COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"})
 
 
-def copy_text(records: Iterable[tuple[int, str, str, datetime, int]]) -> bytes:
-    """Rows of (id, kind, payload JSON, run_at, max_attempts) in COPY's text format.
+def copy_text(records: Iterable[tuple[int, str, str, datetime, int, str, int]]) -> bytes:
+    """Rows of `INSERT_COLUMNS` (id, kind, payload JSON, run_at, max_attempts,
+    queue, priority) in COPY's text format.
 
     Formatting here, in one pass, costs a fraction of psycopg's per-row
     ``write_row`` for the simple types of a job. A batch repeats a few kinds
     and run_at values many times: each is escaped or formatted once.
     """
-    kinds: dict[str, str] = {}
+    texts: dict[str, str] = {}  # kinds and queue names, escaped
     times: dict[datetime, str] = {}
     lines = []
-    for job_id, kind, payload, run_at, max_attempts in records:
-        k = kinds.get(kind)
+    for job_id, kind, payload, run_at, max_attempts, queue, priority in records:
+        k = texts.get(kind)
         if k is None:
-            k = kinds[kind] = kind.translate(_COPY_ESCAPES)
+            k = texts[kind] = kind.translate(_COPY_ESCAPES)
+        q = texts.get(queue)
+        if q is None:
+            q = texts[queue] = queue.translate(_COPY_ESCAPES)
         t = times.get(run_at)
         if t is None:
             t = times[run_at] = run_at.isoformat()
         # JSON text has no raw tab, newline or carriage return: only backslashes to double.
         p = payload.replace("\\", "\\\\")
-        lines.append(f"{job_id}\t{k}\t{p}\t{t}\t{max_attempts}\n")
+        lines.append(f"{job_id}\t{k}\t{p}\t{t}\t{max_attempts}\t{q}\t{priority}\n")
     return "".join(lines).encode()
 
 
@@ -532,8 +663,8 @@ def _failure_arrays(failures: Sequence[Failure]) -> dict[str, list[Any]]:
 
 
 def _in_claim_order(jobs: Iterable[Job]) -> list[Job]:
-    # RETURNING promises no order; the claim's is (run_at, id).
-    return sorted(jobs, key=lambda j: (j.run_at, j.id))
+    # RETURNING promises no order; the claim's is priority (highest first), run_at, id.
+    return sorted(jobs, key=lambda j: (-j.priority, j.run_at, j.id))
 
 
 def _running_stub(job_id: int, attempts: int, max_attempts: int, locked_by: str | None) -> Job:

@@ -17,12 +17,19 @@ from psycopg import sql
 
 from .jobs import LEASE_EXPIRED, MAX_IDENTIFIER_LENGTH, validate_table_name
 
-__all__ = ["JOB_COLUMNS", "ORPHANED", "Statements"]
+__all__ = ["JOB_COLUMNS", "ORPHANED", "UNIQUE_PREDICATES", "Statements"]
 
 # An orphaned job (`Job.orphaned`): its worker vanished holding it. The same
 # expression is the predicate of the ``<table>_orphans`` index (migration 5),
 # so that the claim of an orphan reads that small index.
 ORPHANED: Final = sql.SQL("starts_with(last_error, {})").format(sql.Literal(LEASE_EXPIRED))
+
+# The predicates of the unique indexes (migration 7), by scope. A job leaves
+# its predicate for good when it starts ("queued") or ends ("active").
+UNIQUE_PREDICATES: Final = {
+    "queued": "unique_scope = 'queued' AND status = 'pending' AND attempts = 0",
+    "active": "unique_scope = 'active' AND status IN ('pending', 'running')",
+}
 
 # The order `Job.from_row` reads.
 JOB_COLUMNS: Final = (
@@ -37,6 +44,9 @@ JOB_COLUMNS: Final = (
     "locked_by",
     "locked_at",
     "created_at",
+    "queue",
+    "priority",
+    "unique_key",
 )
 
 # The columns the history table copies from a job that leaves the queue.
@@ -49,10 +59,12 @@ HISTORY_COLUMNS: Final = (
     "last_error",
     "locked_by",
     "created_at",
+    "queue",
+    "priority",
 )
 
 # The columns `enqueue_many` writes, in the order of its COPY and unnest().
-INSERT_COLUMNS: Final = ("id", "kind", "payload", "run_at", "max_attempts")
+INSERT_COLUMNS: Final = ("id", "kind", "payload", "run_at", "max_attempts", "queue", "priority")
 
 RELOAD_CONF: Final = b"SELECT pg_reload_conf()"
 
@@ -130,6 +142,9 @@ class Statements:
             "ready_index": sql.Identifier(f"{name}_ready"),
             "insert_cols": sql.SQL(", ").join(sql.Identifier(c) for c in INSERT_COLUMNS),
             "history": history_table,
+            "queues": sql.Identifier(*parts[:-1], f"{name}_queues"),
+            "leases": sql.Identifier(*parts[:-1], f"{name}_unique_leases"),
+            "schedules": sql.Identifier(*parts[:-1], f"{name}_schedules"),
         }
         # Jobs that leave the table are copied here when history is on.
         keep = history_table if history else None
@@ -137,20 +152,104 @@ class Statements:
         names["gone"] = sql.SQL(", ").join(
             sql.Identifier(c) for c in (HISTORY_COLUMNS if history else ("id",))
         )
-        self.ready_index_name = f"{name}_ready"
+        self.claim_index_name = f"{name}_claim"
 
         # One job, announced in the same statement; the notification is
         # delivered when the caller's transaction commits, never before.
         self.enqueue = _render(
             """
 WITH job AS (
-    INSERT INTO {table} (kind, payload, run_at, max_attempts)
+    INSERT INTO {table} (kind, payload, run_at, max_attempts, queue, priority)
     VALUES (%(kind)s, %(payload)s::jsonb,
-            COALESCE(%(run_at)s::timestamptz, now() + %(delay)s::interval), %(max_attempts)s)
+            COALESCE(%(run_at)s::timestamptz, now() + %(delay)s::interval), %(max_attempts)s,
+            %(queue)s, %(priority)s)
     RETURNING id, kind
 )
 SELECT id, pg_notify(%(channel)s, kind)::text FROM job""",
             **names,
+        )
+
+        # -- unique jobs (docs/unique.md) -----------------------------------
+        #
+        # At most one job per key in a scope, held by a partial unique index
+        # (migration 7). INSERT ... ON CONFLICT waits for a concurrent
+        # inserter of the same key, and goes on if that one rolls back.
+        unique_insert = """
+WITH job AS (
+    INSERT INTO {table} (kind, payload, run_at, max_attempts, queue, priority,
+                         unique_key, unique_scope)
+    VALUES (%(kind)s, %(payload)s::jsonb,
+            COALESCE(%(run_at)s::timestamptz, now() + %(delay)s::interval), %(max_attempts)s,
+            %(queue)s, %(priority)s, %(unique_key)s, {scope})
+    ON CONFLICT (unique_key) WHERE {predicate} {action}
+    RETURNING id, kind
+)
+SELECT id, pg_notify(%(channel)s, kind)::text FROM job"""
+        # "replace" changes what the waiting job will do and when, not a started one.
+        replace = """DO UPDATE SET payload = EXCLUDED.payload, run_at = EXCLUDED.run_at
+     WHERE {table}.status = 'pending'"""
+        # (scope, replace) -> the insert; and scope -> the holder of a key.
+        self.unique_inserts: dict[tuple[str, bool], bytes] = {}
+        self.unique_holders: dict[str, bytes] = {}
+        for scope, predicate in UNIQUE_PREDICATES.items():
+            for replacing in (False, True):
+                self.unique_inserts[scope, replacing] = _render(
+                    unique_insert,
+                    scope=sql.Literal(scope),
+                    predicate=sql.SQL(predicate),
+                    action=sql.SQL(replace if replacing else "DO NOTHING").format(**names),
+                    **names,
+                )
+            self.unique_holders[scope] = _render(
+                "SELECT id FROM {table} WHERE unique_key = %(unique_key)s AND {predicate}",
+                predicate=sql.SQL(predicate),
+                **names,
+            )
+        # unique_for: the key is leased for a window (a small table, since a
+        # job that succeeds is deleted); the lease and the job are written
+        # by one statement, and an expired lease is taken over.
+        self.window_insert = _render(
+            """
+WITH lease AS (
+    INSERT INTO {leases} AS l (unique_key, job_id, expires_at)
+    VALUES (%(unique_key)s, nextval(pg_get_serial_sequence(%(table)s, 'id')::regclass),
+            now() + %(window)s::interval)
+    ON CONFLICT (unique_key) DO UPDATE
+       SET job_id = EXCLUDED.job_id, expires_at = EXCLUDED.expires_at
+     WHERE l.expires_at <= now()
+    RETURNING job_id
+), job AS (
+    INSERT INTO {table} (id, kind, payload, run_at, max_attempts, queue, priority,
+                         unique_key, unique_scope)
+    SELECT job_id, %(kind)s, %(payload)s::jsonb,
+           COALESCE(%(run_at)s::timestamptz, now() + %(delay)s::interval), %(max_attempts)s,
+           %(queue)s, %(priority)s, %(unique_key)s, 'window'
+      FROM lease
+    RETURNING id, kind
+)
+SELECT id, pg_notify(%(channel)s, kind)::text FROM job""",
+            **names,
+        )
+        self.window_holder = _render(
+            "SELECT job_id FROM {leases} WHERE unique_key = %(unique_key)s AND expires_at > now()",
+            **names,
+        )
+        # "replace" within a window: the holder, if it is still waiting.
+        self.window_replace = _render(
+            """
+WITH job AS (
+    UPDATE {table}
+       SET payload = %(payload)s::jsonb,
+           run_at = COALESCE(%(run_at)s::timestamptz, now() + %(delay)s::interval)
+     WHERE id = %(existing)s AND status = 'pending'
+    RETURNING id, kind
+)
+SELECT id, pg_notify(%(channel)s, kind)::text FROM job""",
+            **names,
+        )
+        # Leases past their window, removed by the reaper.
+        self.prune_leases = _render(
+            "DELETE FROM {leases} WHERE expires_at <= now() - interval '1 minute'", **names
         )
 
         # enqueue_many, step 1: the transaction's clock and the ids to use.
@@ -165,7 +264,8 @@ SELECT now(), array(SELECT nextval((SELECT pg_get_serial_sequence(%s, 'id')::reg
         self.insert_arrays = _render(
             """
 INSERT INTO {table} ({insert_cols})
-SELECT * FROM unnest(%s::bigint[], %s::text[], %s::jsonb[], %s::timestamptz[], %s::integer[])""",
+SELECT * FROM unnest(%s::bigint[], %s::text[], %s::jsonb[], %s::timestamptz[], %s::integer[],
+                     %s::text[], %s::smallint[])""",
             **names,
         )
         # enqueue_many, step 2 for large batches.
@@ -173,50 +273,147 @@ SELECT * FROM unnest(%s::bigint[], %s::text[], %s::jsonb[], %s::timestamptz[], %
         # enqueue_many, step 3: one notification per kind, not per row.
         self.notify_kinds = _render("SELECT pg_notify(%s, k)::text FROM unnest(%s::text[]) AS k")
 
-        # The claim: select, lock, mark and return in one statement.
+        # -- the claim ----------------------------------------------------
+        #
+        # Select, lock, mark and return in one statement. A claim serves
+        # some queues (those given, or every queue with pending jobs), less
+        # the paused ones; takes higher priorities first; and within a
+        # priority, the jobs due first. It reads the claim index (migration
+        # 7: queue, priority, run_at, id) level by level, so that it reads
+        # O(batch) entries whatever else the table holds:
+        #
+        # 1. the (queue, priority) levels with pending jobs, by a loose index
+        #    scan: one probe per queue and per level (`max(priority)` below a
+        #    level is the index's next level down);
+        # 2. the levels' priorities, highest first; for each, every level of
+        #    that priority is read from its due end (`run_at <= now()`, so a
+        #    level of jobs due tomorrow costs one probe), locked as read, and
+        #    the earliest due of them taken. A priority whose levels hold the
+        #    whole batch ends the walk: lower ones are never read.
+        #
+        # With `kinds`, each level is read once per kind, so that a kind the
+        # worker serves is found by an index range rather than by filtering
+        # past other kinds; fast only with the kinds index (see
+        # docs/queues.md), which install() does not build: it would slow
+        # every write.
+        every_queue = """
+found(queue) AS (
+    SELECT min(queue) FROM {table} WHERE status = 'pending'
+  UNION ALL
+    SELECT (SELECT min(queue) FROM {table} WHERE status = 'pending' AND queue > f.queue)
+      FROM found AS f WHERE f.queue IS NOT NULL)"""
+        given_queues = """
+found(queue) AS (SELECT unnest(%(queues)s::text[]))"""
+        levels = """
+served(queue) AS (
+    SELECT queue FROM found
+     WHERE queue IS NOT NULL
+       AND NOT EXISTS (SELECT FROM {queues} AS q WHERE q.queue = found.queue AND q.paused)),
+levels(queue, priority) AS (
+    SELECT s.queue,
+           (SELECT max(priority) FROM {table} WHERE status = 'pending' AND queue = s.queue)
+      FROM served AS s
+  UNION ALL
+    SELECT l.queue,
+           (SELECT max(priority) FROM {table}
+             WHERE status = 'pending' AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL)"""
+        # The batch: (priority, run_at, id, size) of each job taken, in claim order.
+        pick = """
+picked AS (
+    SELECT p.priority, x.run_at, x.id, x.size
+      FROM (SELECT DISTINCT priority FROM levels
+             WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
+     CROSS JOIN LATERAL (
+           SELECT c.run_at, c.id, c.size
+             FROM levels AS l{per_kind}
+            CROSS JOIN LATERAL (
+                  SELECT run_at, id, {size} AS size FROM {table}
+                   WHERE status = 'pending' AND queue = l.queue AND priority = l.priority
+                     AND run_at <= now(){kind_filter}{orphans}
+                   ORDER BY run_at, id
+                   LIMIT %(limit)s
+                   FOR UPDATE SKIP LOCKED) AS c
+            WHERE l.priority = p.priority
+            ORDER BY c.run_at, c.id
+            LIMIT %(limit)s) AS x
+     LIMIT %(limit)s)"""
+        # A worker's batch may stop at the job whose payload would take it
+        # past %(claim_bytes)s (stored size; the first job always comes):
+        # the worker holds about six times its batch's payloads in memory.
+        # Small uncompressed payloads: their stored size. Others: their size
+        # as text, which is what the worker receives.
+        payload_size = sql.SQL(
+            "CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL"
+            " THEN pg_column_size(payload) ELSE octet_length(payload::text) END"
+        )
+        within_budget = """SELECT id FROM (
+    SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
+      FROM picked) AS sized
+ WHERE before < %(claim_bytes)s"""
         claim = """
 UPDATE {table} AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id IN (
-       SELECT id FROM {table}
-        WHERE status = 'pending' AND run_at <= now() {kind_filter} {orphans}
-        ORDER BY run_at, id
-        LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED)
+WITH RECURSIVE{found},{levels},{pick}
+{take})
 RETURNING {jcols}"""
-        by_kind = sql.SQL("AND kind = ANY(%(kinds)s::text[])")
-        anything = sql.SQL("")
-        self.claim = _render(claim, kind_filter=anything, orphans=anything, **names)
-        self.claim_kinds = _render(claim, kind_filter=by_kind, orphans=anything, **names)
-        # A worker's batches leave out orphaned jobs (`Job.orphaned`): each
-        # runs alone, claimed by itself when the worker has nothing else.
-        no_orphans = sql.SQL("AND NOT coalesce({}, false)").format(ORPHANED)
-        only_orphans = sql.SQL("AND {}").format(ORPHANED)
-        self.claim_orphan = _render(claim, kind_filter=anything, orphans=only_orphans, **names)
-        self.claim_orphan_kinds = _render(claim, kind_filter=by_kind, orphans=only_orphans, **names)
-        # A worker's batch stops at the job whose payload would take it past
-        # %(claim_bytes)s (stored size; the first job always comes): the
-        # worker holds about six times its batch's payloads in memory.
-        budget_claim = """
+        no_orphans = sql.SQL("\n                     AND NOT coalesce({}, false)").format(ORPHANED)
+
+        def claim_statement(
+            queues: bool, kinds: bool, budget: bool = False, worker: bool = False
+        ) -> sql.Composable:
+            """The claim; a worker's (`worker`) leaves orphaned jobs out."""
+            picked = sql.SQL(pick).format(
+                per_kind=sql.SQL(
+                    " CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)" if kinds else ""
+                ),
+                kind_filter=sql.SQL(" AND kind = k.kind" if kinds else ""),
+                orphans=no_orphans if worker else sql.SQL(""),
+                size=payload_size if budget else sql.SQL("0"),
+                **names,
+            )
+            return sql.SQL(claim).format(
+                found=sql.SQL(given_queues if queues else every_queue).format(**names),
+                levels=sql.SQL(levels).format(**names),
+                pick=picked,
+                take=sql.SQL(within_budget if budget else "SELECT id FROM picked"),
+                **names,
+            )
+
+        # (queues given, kinds given) -> the claim.
+        self.claims = {
+            (q, k): claim_statement(q, k).as_bytes(None)
+            for q in (False, True)
+            for k in (False, True)
+        }
+        self.claim = self.claims[False, False]
+
+        # An orphaned job (`Job.orphaned`) runs alone, claimed by itself when
+        # the worker has nothing else; the worker's batches leave them out.
+        # Orphans are few: they are found through their own small index.
+        orphan = """
 UPDATE {table} AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id IN (
-       SELECT id FROM (
-           SELECT id, sum(size) OVER (ORDER BY run_at, id) - size AS before
-             FROM (SELECT id, run_at,
-                          -- Small uncompressed payloads: their stored size. Others:
-                          -- their size as text, which is what the worker receives.
-                          CASE WHEN pg_column_size(payload) < 2048
-                                    AND pg_column_compression(payload) IS NULL
-                               THEN pg_column_size(payload)
-                               ELSE octet_length(payload::text) END AS size
-                     FROM {table}
-                    WHERE status = 'pending' AND run_at <= now() {kind_filter} {orphans}
-                    ORDER BY run_at, id
-                    LIMIT %(limit)s
-                    FOR UPDATE SKIP LOCKED) AS ready) AS sized
-        WHERE before < %(claim_bytes)s)
+       SELECT id FROM {table} AS o
+        WHERE status = 'pending' AND run_at <= now() AND {orphaned} {queue_filter} {kind_filter}
+          AND NOT EXISTS (SELECT FROM {queues} AS q WHERE q.queue = o.queue AND q.paused)
+        ORDER BY priority DESC, run_at, id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED)
 RETURNING {jcols}"""
+        self.orphan_claims = {
+            (q, k): _render(
+                orphan,
+                orphaned=ORPHANED,
+                queue_filter=sql.SQL("AND queue = ANY(%(queues)s::text[])" if q else ""),
+                kind_filter=sql.SQL("AND kind = ANY(%(kinds)s::text[])" if k else ""),
+                **names,
+            )
+            for q in (False, True)
+            for k in (False, True)
+        }
 
         # Success: the row goes. Only a running job can succeed.
         self.complete = _render(
@@ -238,7 +435,10 @@ UPDATE {table} AS j
    SET status = f.status,
        -- Pending: when to try again. Dead: when it died, for purge_dead.
        run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-       attempts = f.new_attempts,
+       -- A "queued" unique job that started once keeps attempts > 0, so
+       -- that it never re-enters its unique index beside a newer duplicate.
+       attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                       ELSE f.new_attempts END,
        locked_at = NULL,
        locked_by = NULL,
        last_error = COALESCE(f.error, j.last_error)
@@ -274,18 +474,20 @@ SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM done),
         failed = sql.SQL(failures).format(**names)
         keep_done = _history_copy(keep, "done", "succeeded")
 
-        # One turn with each claim: plain, by kind, and with a byte budget
-        # (`claim_bytes`), plain or by kind.
-        def turn(claim_text: str, kind_filter: sql.Composable) -> bytes:
-            claimed = sql.SQL(claim_text).format(
-                kind_filter=kind_filter, orphans=no_orphans, **names
+        # (queues given, kinds given, byte budget) -> the worker's turn.
+        self.cycles = {
+            (q, k, b): _render(
+                cycle,
+                claim=claim_statement(q, k, budget=b, worker=True),
+                failures=failed,
+                keep=keep_done,
+                **names,
             )
-            return _render(cycle, claim=claimed, failures=failed, keep=keep_done, **names)
-
-        self.cycle = turn(claim, anything)
-        self.cycle_kinds = turn(claim, by_kind)
-        self.cycle_bytes = turn(budget_claim, anything)
-        self.cycle_bytes_kinds = turn(budget_claim, by_kind)
+            for q in (False, True)
+            for k in (False, True)
+            for b in (False, True)
+        }
+        self.cycle = self.cycles[False, False, False]
 
         # The reaper, step 0: one reaper at a time per table; the others skip.
         self.reap_lock = _render(
@@ -315,28 +517,71 @@ RETURNING id""",
 
         self.get = _render("SELECT {cols} FROM {table} WHERE id = %s", **names)
 
-        # An operator revives dead jobs: a fresh set of attempts, due now.
+        # An operator revives dead jobs: a fresh set of attempts, due now. A
+        # unique job whose key another job holds now stays dead (and so does
+        # all but the newest of several dead ones with one key): reviving it
+        # would break the key's rule. `retry` counts what it revived.
+        revivable = """
+SELECT DISTINCT ON (coalesce(t.unique_key, t.id::text)) t.id FROM {table} AS t
+ WHERE t.status = 'dead' AND {which}
+   AND NOT EXISTS (
+       SELECT FROM {table} AS o
+        WHERE o.unique_key = t.unique_key AND o.unique_scope = t.unique_scope AND o.id <> t.id
+          AND ((o.unique_scope = 'queued' AND o.status = 'pending' AND o.attempts = 0)
+               OR (o.unique_scope = 'active' AND o.status IN ('pending', 'running'))))
+ ORDER BY coalesce(t.unique_key, t.id::text), t.id DESC"""
+        revive = """
+UPDATE {table}
+   SET status = 'pending', attempts = 0, run_at = now(), locked_at = NULL, locked_by = NULL
+ WHERE id IN ({revivable})
+RETURNING id, kind"""
+
+        def reviving(which: str) -> sql.Composable:
+            chosen = sql.SQL(revivable).format(which=sql.SQL(which), **names)
+            return sql.SQL(revive).format(revivable=chosen, **names)
+
         self.retry = _render(
             """
-WITH revived AS (
-    UPDATE {table}
-       SET status = 'pending', attempts = 0, run_at = now(), locked_at = NULL, locked_by = NULL
-     WHERE id = ANY(%s::bigint[]) AND status = 'dead'
-    RETURNING id, kind
-)
-SELECT id, pg_notify(%s, kind)::text FROM revived""",
+WITH revived AS ({revive})
+SELECT id, pg_notify(%(channel)s, kind)::text FROM revived""",
+            revive=reviving("t.id = ANY(%(ids)s::bigint[])"),
             **names,
         )
 
-        # Counts by kind and status, the longest wait of a ready job, and the
-        # running jobs whose lease is older than the visibility timeout given.
+        # Counts by queue, priority, kind and status, the longest wait of a
+        # ready job, and the running jobs whose lease is older than the
+        # visibility timeout given.
         self.stats = _render(
             """
-SELECT kind, status, count(*),
+SELECT queue, priority, kind, status, count(*),
        now() - min(run_at) FILTER (WHERE status = 'pending' AND run_at <= now()),
        count(*) FILTER (WHERE status = 'running' AND locked_at < now() - %s::interval)
   FROM {table}
- GROUP BY kind, status""",
+ GROUP BY queue, priority, kind, status""",
+            **names,
+        )
+
+        # -- queues ----------------------------------------------------------
+
+        # Pause or resume a queue: claims leave a paused queue's jobs alone.
+        # Resuming wakes the workers.
+        self.set_paused = _render(
+            """
+INSERT INTO {queues} AS q (queue, paused) VALUES (%(queue)s, %(paused)s)
+ON CONFLICT (queue) DO UPDATE SET paused = EXCLUDED.paused, changed_at = now()
+RETURNING queue, CASE WHEN NOT paused THEN pg_notify(%(channel)s, '') END""",
+            **names,
+        )
+        # Every queue with jobs or a pause record: counts by status, paused or not.
+        self.queue_states = _render(
+            """
+WITH counts AS (
+    SELECT queue, status, count(*) AS n FROM {table} GROUP BY queue, status
+)
+SELECT coalesce(c.queue, q.queue), coalesce(q.paused, false), coalesce(c.status, 'pending'),
+       coalesce(c.n, 0)
+  FROM counts AS c FULL JOIN {queues} AS q ON q.queue = c.queue
+ ORDER BY 1""",
             **names,
         )
 
@@ -371,15 +616,11 @@ SELECT {cols} FROM {table}
         # one notification per kind revived, not one per job.
         self.retry_dead = _render(
             """
-WITH revived AS (
-    UPDATE {table}
-       SET status = 'pending', attempts = 0, run_at = now(), locked_at = NULL, locked_by = NULL
-     WHERE status = 'dead' AND (%(kinds)s::text[] IS NULL OR kind = ANY(%(kinds)s::text[]))
-    RETURNING kind
-), by_kind AS (
+WITH revived AS ({revive}), by_kind AS (
     SELECT kind, count(*) AS n FROM revived GROUP BY kind
 )
 SELECT coalesce(sum(n), 0)::bigint, count(pg_notify(%(channel)s, kind)) FROM by_kind""",
+            revive=reviving("(%(kinds)s::text[] IS NULL OR t.kind = ANY(%(kinds)s::text[]))"),
             **names,
         )
 

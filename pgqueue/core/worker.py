@@ -20,6 +20,7 @@ from .jobs import (
     validate_kind,
     validate_kinds,
     validate_limit,
+    validate_queues,
     validate_timeout,
 )
 from .ops import Failure
@@ -112,6 +113,7 @@ class WorkerOptions(TypedDict, total=False):
     concurrency: int
     batch_size: int
     kinds: Iterable[str] | None
+    queues: Iterable[str] | None
     poll_interval: float | timedelta
     job_timeout: float | timedelta | None
     visibility_timeout: timedelta
@@ -131,6 +133,7 @@ class WorkerSettings:
     concurrency: int = 4
     batch_size: int = 100
     kinds: list[str] | None = None
+    queues: list[str] | None = None
     poll_interval: float = 1.0
     job_timeout: float | None = None
     visibility_timeout: timedelta = DEFAULT_VISIBILITY_TIMEOUT
@@ -148,6 +151,7 @@ class WorkerSettings:
         batch_size: int,
         kinds: Iterable[str] | None,
         poll_interval: float | timedelta,
+        queues: Iterable[str] | None = None,
         job_timeout: float | timedelta | None,
         visibility_timeout: timedelta,
         grace_period: float | timedelta,
@@ -163,6 +167,7 @@ class WorkerSettings:
             concurrency=validate_limit(concurrency),
             batch_size=validate_limit(batch_size),
             kinds=validate_kinds(kinds),
+            queues=validate_queues(queues),
             poll_interval=poll,
             job_timeout=_seconds(job_timeout, "job_timeout"),
             visibility_timeout=validate_timeout(visibility_timeout, "visibility_timeout"),

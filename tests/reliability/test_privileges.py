@@ -32,6 +32,7 @@ GRANTS = (
     "GRANT USAGE ON SCHEMA public TO {role}",
     "GRANT SELECT, INSERT, UPDATE, DELETE ON {table} TO {role}",
     "GRANT USAGE ON SEQUENCE {sequence} TO {role}",
+    "GRANT SELECT, INSERT, UPDATE, DELETE ON {queues}, {leases}, {schedules} TO {role}",
 )
 # With history=True, as the same section says.
 HISTORY_GRANT = "GRANT SELECT, INSERT, DELETE ON {history} TO {role}"
@@ -48,6 +49,9 @@ def runtime_dsn(dsn: str, table: str, raw: Raw) -> Iterator[str]:
         "table": sql.Identifier(table),
         "sequence": sql.Identifier(f"{table}_id_seq"),
         "history": sql.Identifier(f"{table}_history"),
+        "queues": sql.Identifier(f"{table}_queues"),
+        "leases": sql.Identifier(f"{table}_unique_leases"),
+        "schedules": sql.Identifier(f"{table}_schedules"),
     }
     raw.conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(names["role"]))
     for grant in (*GRANTS, HISTORY_GRANT):

@@ -50,6 +50,7 @@ def _role_sql(fleet: Fleet, statement: str, role: str) -> None:
             role=sql.Identifier(role),
             table=sql.Identifier(fleet.table),
             sequence=sql.Identifier(f"{fleet.table}_id_seq"),
+            queues=sql.Identifier(f"{fleet.table}_queues"),
         )
     )
 
@@ -65,6 +66,7 @@ def roles(fleet: Fleet) -> Iterator[Callable[..., Role]]:
         _role_sql(fleet, "CREATE ROLE {role} LOGIN", name)
         _role_sql(fleet, "GRANT SELECT, INSERT, UPDATE, DELETE ON {table} TO {role}", name)
         _role_sql(fleet, "GRANT USAGE ON SEQUENCE {sequence} TO {role}", name)
+        _role_sql(fleet, "GRANT SELECT ON {queues} TO {role}", name)
         for setting, value in settings.items():
             _role_sql(fleet, f"ALTER ROLE {{role}} SET {setting} = '{value}'", name)
         return Role(name, make_conninfo(fleet.dsn, user=name))

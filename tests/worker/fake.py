@@ -10,6 +10,7 @@ a database gone at shutdown, LISTEN refused, a lease lost).
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -88,13 +89,14 @@ class FakeQueue:
         worker: str,
         limit: int,
         kinds: Sequence[str] | None = None,
+        queues: Sequence[str] | None = None,
         claim_bytes: int | None = None,
     ) -> Cycle:
         await self._enter("cycle")
         if self.claim_limit is not None and limit > self.claim_limit:
             raise psycopg.errors.QueryCanceled("canceling statement due to statement timeout")
         done, written = self._settle(succeeded, failures, worker)
-        claimed = self._claim(worker, limit, kinds, orphans=False)
+        claimed = self._claim(worker, limit, kinds, queues, orphans=False)
         return Cycle(done, written, claimed)
 
     async def settle(
@@ -103,9 +105,15 @@ class FakeQueue:
         await self._enter("settle")
         return self._settle(succeeded, failures, worker)
 
-    async def claim_orphan(self, *, worker: str, kinds: Sequence[str] | None = None) -> list[Job]:
+    async def claim_orphan(
+        self,
+        *,
+        worker: str,
+        kinds: Sequence[str] | None = None,
+        queues: Sequence[str] | None = None,
+    ) -> list[Job]:
         await self._enter("claim_orphan")
-        return self._claim(worker, 1, kinds, orphans=True)
+        return self._claim(worker, 1, kinds, queues, orphans=True)
 
     async def heartbeat(self, job_ids: Sequence[int], *, worker: str) -> list[int]:
         await self._enter("heartbeat")
@@ -128,23 +136,36 @@ class FakeQueue:
         return job is not None and job.status is JobStatus.RUNNING and job.locked_by == worker
 
     def _claim(
-        self, worker: str, limit: int, kinds: Sequence[str] | None, *, orphans: bool
+        self,
+        worker: str,
+        limit: int,
+        kinds: Sequence[str] | None,
+        queues: Sequence[str] | None,
+        *,
+        orphans: bool,
     ) -> list[Job]:
         now = datetime.now(UTC)
-        ready = [
-            j
-            for j in self.jobs.values()
-            if j.status is JobStatus.PENDING
-            and (kinds is None or j.kind in kinds)
-            and j.orphaned == orphans
-            and j.run_at <= now
-        ][:limit]
+        ready = sorted(
+            (
+                j
+                for j in self.jobs.values()
+                if j.status is JobStatus.PENDING
+                and (kinds is None or j.kind in kinds)
+                and (queues is None or j.queue in queues)
+                and j.orphaned == orphans
+                and j.run_at <= now
+            ),
+            key=lambda j: (-j.priority, j.run_at, j.id),
+        )[:limit]
         claimed = []
         for j in ready:
-            self.jobs[j.id] = new = j.__class__(
-                j.id, j.kind, j.payload, j.attempts + 1, j.max_attempts, JobStatus.RUNNING,
-                j.run_at, j.last_error, worker, now, j.created_at,
-            )  # fmt: skip
+            self.jobs[j.id] = new = dataclasses.replace(
+                j,
+                attempts=j.attempts + 1,
+                status=JobStatus.RUNNING,
+                locked_by=worker,
+                locked_at=now,
+            )
             claimed.append(new)
         return claimed
 

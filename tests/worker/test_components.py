@@ -175,7 +175,7 @@ async def test_lost_lease_means_not_started_and_outcome_not_written(
     fake = FakeQueue()
     settings = WorkerSettings(name="w1")
     fake.add(n=2)
-    first, second = fake._claim("w1", 2, None, orphans=False)
+    first, second = fake._claim("w1", 2, None, None, orphans=False)
     ledger: Ledger[Outcome] = Ledger()
     ledger.claim([first, second])
     ledger.start(first.id)

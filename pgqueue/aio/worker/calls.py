@@ -50,7 +50,8 @@ class WorkerQueue(Protocol):
 
     async def cycle(  # a worker's turn: see `AsyncQueue.cycle`
         self, succeeded: Sequence[int], failures: Sequence[Failure], *, worker: str, limit: int,
-        kinds: Sequence[str] | None = None, claim_bytes: int | None = None,
+        kinds: Sequence[str] | None = None, queues: Sequence[str] | None = None,
+        claim_bytes: int | None = None,
     ) -> Cycle: ...  # fmt: skip
 
     async def settle(
@@ -58,8 +59,9 @@ class WorkerQueue(Protocol):
     ) -> tuple[list[int], dict[int, JobStatus]]: ...
 
     async def claim_orphan(
-        self, *, worker: str, kinds: Sequence[str] | None = None
-    ) -> list[Job]: ...
+        self, *, worker: str, kinds: Sequence[str] | None = None,
+        queues: Sequence[str] | None = None,
+    ) -> list[Job]: ...  # fmt: skip
 
     async def heartbeat(self, job_ids: Sequence[int], *, worker: str) -> list[int]: ...
 

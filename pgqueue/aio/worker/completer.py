@@ -88,7 +88,11 @@ class Completer:
     # -- writing ------------------------------------------------------------------
 
     async def cycle(
-        self, limit: int, kinds: Sequence[str] | None, claim_bytes: int | None
+        self,
+        limit: int,
+        kinds: Sequence[str] | None,
+        queues: Sequence[str] | None,
+        claim_bytes: int | None,
     ) -> tuple[list[Job], int]:
         """Write every outcome waiting and claim up to ``limit`` jobs, in one
         statement; return the jobs claimed and how many outcomes it carried."""
@@ -97,7 +101,7 @@ class Completer:
         try:
             turn = await self.calls("claim", self.queue.cycle, succeeded, failures,
                                     worker=self.worker, limit=limit, kinds=kinds,
-                                    claim_bytes=claim_bytes)  # fmt: skip
+                                    queues=queues, claim_bytes=claim_bytes)  # fmt: skip
         except BaseException:
             self.ledger.unwrite(job.id for job, _ in batch)
             self.progress.notify()

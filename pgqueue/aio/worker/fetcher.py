@@ -151,7 +151,10 @@ class Fetcher:
             # (unless a stop finds it still waiting after the grace period).
             with self._shielded():
                 jobs, carried = await self.completer.cycle(
-                    self._limit, self.settings.kinds, self.settings.claim_bytes
+                    self._limit,
+                    self.settings.kinds,
+                    self.settings.queues,
+                    self.settings.claim_bytes,
                 )
         except DATABASE_ERRORS as exc:
             if isinstance(exc, psycopg.errors.QueryCanceled) and self._smaller_claims():
@@ -226,7 +229,8 @@ class Fetcher:
                 with self._shielded():
                     jobs = await self.calls("claim of an orphaned job", self.queue.claim_orphan,
                                             worker=self.settings.name,
-                                            kinds=self.settings.kinds)  # fmt: skip
+                                            kinds=self.settings.kinds,
+                                            queues=self.settings.queues)  # fmt: skip
             except DATABASE_ERRORS as exc:
                 await self._pause("claim of an orphaned job", exc)
                 return ran

@@ -50,8 +50,11 @@ class AsyncWorker:
     Delivery is at least once: make handlers idempotent.
 
     ``batch_size`` jobs are claimed per statement; ``concurrency`` run at a
-    time. ``poll_interval`` seconds is the longest an idle worker waits
-    before it looks for ready jobs again, notification or not. A claimed
+    time. The worker serves the jobs of ``queues`` (every queue when None)
+    and of ``kinds`` (every kind when None), highest priority first, then
+    the earliest due; a paused queue is left alone (`AsyncQueue.pause_queue`).
+    ``poll_interval`` seconds is the longest an idle worker waits before it
+    looks for ready jobs again, notification or not. A claimed
     job's lease is renewed every ``visibility_timeout / 4``; a job whose
     lease is older than ``visibility_timeout`` is presumed abandoned and
     returned to ``pending`` by any worker's reaper. On `stop` (or a signal)
@@ -91,6 +94,7 @@ class AsyncWorker:
         concurrency: int = 4,
         batch_size: int = 100,
         kinds: Iterable[str] | None = None,
+        queues: Iterable[str] | None = None,
         poll_interval: float | timedelta = 1.0,
         job_timeout: float | timedelta | None = None,
         visibility_timeout: timedelta = timedelta(minutes=5),
@@ -109,6 +113,7 @@ class AsyncWorker:
             concurrency=concurrency,
             batch_size=batch_size,
             kinds=kinds,
+            queues=queues,
             poll_interval=poll_interval,
             job_timeout=job_timeout,
             visibility_timeout=visibility_timeout,
@@ -178,10 +183,11 @@ class AsyncWorker:
         self._loop_thread = threading.get_ident()
         self._crew = crew
         log.info(
-            "worker %s starting: concurrency=%d batch_size=%d kinds=%s",
+            "worker %s starting: concurrency=%d batch_size=%d queues=%s kinds=%s",
             self.name,
             self.settings.concurrency,
             self.settings.batch_size,
+            self.settings.queues or "all",
             self.settings.kinds or "all",
         )
         try:

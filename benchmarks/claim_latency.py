@@ -7,10 +7,12 @@ of ``--batch`` jobs is taken with `Queue.claim` and at once deleted with
 `Queue.complete` (the public sync API, so the measured path is the
 product's). All tables are filled first and then claimed from in turns, one
 claim per table per round, so that noise on the machine is shared fairly.
-Claim latency p50/p99 per case, and the ratio of p50 at the largest
-backlog to p50 at the smallest, are printed.
+Claim latency p50/p99 per case, its ratio to p50 of ``pending 10k`` (when
+that case is measured), the buffers one claim touches (``EXPLAIN (ANALYZE,
+BUFFERS)`` once after the fill, rolled back), and the ratio of p50 at the
+largest backlog to p50 at the smallest, are printed.
 
-Besides the pending-only sizes there are three cases with 10k pending jobs:
+Besides the pending-only sizes there are four cases with 10k pending jobs:
 
 * ``dead``: ``--dead`` rows in status ``dead`` (buried jobs an operator has
   not retried). They are outside the partial ready index, so they should
@@ -19,6 +21,11 @@ Besides the pending-only sizes there are three cases with 10k pending jobs:
   since (autovacuum off for that table): the ready index still holds an
   entry for every one of them, in front of the live ones. This is what a
   queue looks like when vacuum falls behind.
+* ``future p100``: ``--future`` jobs of priority 100 due tomorrow, beside
+  10k ready jobs of priority 0: what a claim that ordered by priority
+  first would have to step over. The claim walks the (queue, priority)
+  levels and reads each from its due end, so the level of tomorrow's
+  jobs costs it one probe.
 * ``snapshot held``: 10k pending, claimed while another session sits in a
   REPEATABLE READ transaction (a long report, a pg_dump). Nothing the
   claims leave behind can be cleaned up meanwhile, so each claim steps over
@@ -30,6 +37,7 @@ settings is started and removed afterwards; tables are always dropped.
 
     python benchmarks/claim_latency.py
     python benchmarks/claim_latency.py --sizes 10000,100000 --dead 0 --deleted 0 --json
+    python benchmarks/claim_latency.py --sizes 10000 --dead 0 --deleted 0 --no-held-snapshot
 """
 
 from __future__ import annotations
@@ -43,15 +51,18 @@ import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import asdict, dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import psycopg
 from psycopg import sql
 
 import pgqueue
+from pgqueue.core.plans import Query
 from pgqueue.embedded import dsn_or_embedded
 
-SMALL_PENDING = 10_000  # the live backlog beside the dead / deleted rows
+SMALL_PENDING = 10_000  # the live backlog beside the dead / deleted / future rows
+FUTURE_PRIORITY = 100  # the highest: a claim ordered by priority first meets them first
 
 
 @dataclass
@@ -62,6 +73,7 @@ class Case:
     pending: int
     dead: int = 0  # rows in status 'dead'
     deleted: int = 0  # jobs deleted without a VACUUM since
+    future: int = 0  # jobs of priority FUTURE_PRIORITY due tomorrow
     held_snapshot: bool = False  # another session holds a snapshot throughout
 
 
@@ -73,8 +85,9 @@ class Measurement:
     complete_ms: list[float] = field(default_factory=list)
     first_claim_ms: float = 0.0
     table_bytes: int = 0
-    ready_index_bytes: int = 0
-    plan_uses_ready_index: bool = False
+    claim_index_bytes: int = 0
+    plan_uses_claim_index: bool = False
+    claim_buffers: int = 0  # shared buffers one claim touches, after the fill
 
     @property
     def p50(self) -> float:
@@ -102,8 +115,9 @@ class Measurement:
             "last_tenth_over_first_tenth": round(self.trend, 3),
             "complete_p50_ms": round(percentile(self.complete_ms, 50), 3),
             "table_bytes": self.table_bytes,
-            "ready_index_bytes": self.ready_index_bytes,
-            "plan_uses_ready_index": self.plan_uses_ready_index,
+            "claim_index_bytes": self.claim_index_bytes,
+            "plan_uses_claim_index": self.plan_uses_claim_index,
+            "claim_buffers": self.claim_buffers,
         }
 
 
@@ -118,10 +132,11 @@ def percentile(values: list[float], pct: float) -> float:
 
 _FILL = sql.SQL(
     """
-INSERT INTO {table} (kind, payload, status, attempts, last_error)
+INSERT INTO {table} (kind, payload, status, attempts, last_error, priority, run_at)
 SELECT 'noop', jsonb_build_object('n', g), %(status)s,
        CASE WHEN %(status)s = 'dead' THEN 3 ELSE 0 END,
-       CASE WHEN %(status)s = 'dead' THEN 'boom' END
+       CASE WHEN %(status)s = 'dead' THEN 'boom' END,
+       %(priority)s, now() + %(delay)s::interval
   FROM generate_series(1, %(n)s) AS g"""
 )
 _DELETE_OLDEST = sql.SQL(
@@ -134,6 +149,14 @@ _DROP = sql.SQL("DROP TABLE IF EXISTS {table}")
 _TAKE_SNAPSHOT = sql.SQL("SELECT 1")
 _CHECKPOINT = sql.SQL("CHECKPOINT")
 _SIZES = sql.SQL("SELECT pg_relation_size(%s::regclass), pg_relation_size(%s::regclass)")
+_EXPLAIN = b"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "
+_NOW = timedelta(0)
+_TOMORROW = timedelta(days=1)
+
+
+def rows(status: str, n: int, *, priority: int = 0, delay: timedelta = _NOW) -> dict[str, Any]:
+    """The parameters of `_FILL`."""
+    return {"status": status, "n": n, "priority": priority, "delay": delay}
 
 
 def fill(conn: psycopg.Connection[Any], table: sql.Identifier, case: Case) -> None:
@@ -141,10 +164,13 @@ def fill(conn: psycopg.Connection[Any], table: sql.Identifier, case: Case) -> No
     (and their index entries sit in front of the live ones, as in a real queue)."""
     if case.deleted:
         conn.execute(_AUTOVACUUM_OFF.format(table=table))
-        conn.execute(_FILL.format(table=table), {"status": "pending", "n": case.deleted})
+        conn.execute(_FILL.format(table=table), rows("pending", case.deleted))
     if case.dead:
-        conn.execute(_FILL.format(table=table), {"status": "dead", "n": case.dead})
-    conn.execute(_FILL.format(table=table), {"status": "pending", "n": case.pending})
+        conn.execute(_FILL.format(table=table), rows("dead", case.dead))
+    if case.future:
+        future = rows("pending", case.future, priority=FUTURE_PRIORITY, delay=_TOMORROW)
+        conn.execute(_FILL.format(table=table), future)
+    conn.execute(_FILL.format(table=table), rows("pending", case.pending))
     if case.deleted:
         # Analyzed but not vacuumed: the deleted rows' tuples and index entries stay.
         conn.execute(_DELETE_OLDEST.format(table=table), (case.deleted,))
@@ -167,13 +193,30 @@ def prepare(dsn: str, q: pgqueue.Queue, case: Case) -> Measurement:
     start = time.perf_counter()
     with psycopg.connect(dsn, autocommit=True) as conn:
         fill(conn, table, case)
-        row = conn.execute(_SIZES, (q.table, f"{q.table}_ready")).fetchone()
+        index = q.core.sql.claim_index_name
+        row = conn.execute(_SIZES, (q.table, index)).fetchone()
         assert row is not None
+        buffers = claim_buffers(conn, q, 20)
     result = Measurement(
-        case, time.perf_counter() - start, table_bytes=row[0], ready_index_bytes=row[1]
+        case,
+        time.perf_counter() - start,
+        table_bytes=row[0],
+        claim_index_bytes=row[1],
+        claim_buffers=buffers,
     )
-    result.plan_uses_ready_index = f"{q.table}_ready" in q.explain_claim()
+    result.plan_uses_claim_index = index in q.explain_claim()
     return result
+
+
+def claim_buffers(conn: psycopg.Connection[Any], q: pgqueue.Queue, batch: int) -> int:
+    """The shared buffers (hit or read) one claim of ``batch`` touches, rolled back:
+    those of the plan's root, which counts its children's."""
+    step = next(q.core.claim(batch, worker="claim-bench").plan)
+    assert isinstance(step, Query)
+    with conn.transaction(force_rollback=True):
+        ((doc,),) = conn.execute(_EXPLAIN + step.query, step.params).fetchall()
+    root = doc[0]["Plan"]
+    return int(root["Shared Hit Blocks"] + root["Shared Read Blocks"])
 
 
 def measure(
@@ -257,6 +300,14 @@ def cases(args: argparse.Namespace) -> list[Case]:
                 deleted=args.deleted,
             )
         )
+    if args.future:
+        found.append(
+            Case(
+                f"{short(args.future)} future p{FUTURE_PRIORITY} + {short(SMALL_PENDING)}",
+                SMALL_PENDING,
+                future=args.future,
+            )
+        )
     if args.held_snapshot:
         found.append(
             Case(f"{short(SMALL_PENDING)}, snapshot held", SMALL_PENDING, held_snapshot=True)
@@ -276,18 +327,26 @@ def report(results: list[Measurement], args: argparse.Namespace) -> str:
         f"claim latency: {args.claims} claims of {args.batch} (each followed by complete), "
         f"after {args.warmup} warm-up claims",
         "",
-        f"{'case':<22}{'fill s':>8}{'table MB':>10}{'index MB':>10}{'first ms':>10}"
-        f"{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}{'trend':>7}{'complete p50':>14}  index",
+        f"{'case':<25}{'fill s':>8}{'table MB':>10}{'index MB':>10}{'first ms':>10}"
+        f"{'p50 ms':>9}{'vs 10k':>8}{'p99 ms':>9}{'max ms':>9}{'trend':>7}{'buffers':>9}"
+        f"{'complete p50':>14}  index",
     ]
+    base = baseline(results)
     for r in results:
+        versus = f"{r.p50 / base.p50:>8.2f}" if base else f"{'-':>8}"
         lines.append(
-            f"{r.case.name:<22}{r.fill_s:>8.1f}{r.table_bytes / 2**20:>10.1f}"
-            f"{r.ready_index_bytes / 2**20:>10.1f}{r.first_claim_ms:>10.2f}{r.p50:>9.2f}"
-            f"{r.p99:>9.2f}{max(r.claim_ms):>9.2f}{r.trend:>7.2f}"
+            f"{r.case.name:<25}{r.fill_s:>8.1f}{r.table_bytes / 2**20:>10.1f}"
+            f"{r.claim_index_bytes / 2**20:>10.1f}{r.first_claim_ms:>10.2f}{r.p50:>9.2f}"
+            f"{versus}{r.p99:>9.2f}{max(r.claim_ms):>9.2f}{r.trend:>7.2f}{r.claim_buffers:>9}"
             f"{percentile(r.complete_ms, 50):>14.2f}"
-            f"  {'yes' if r.plan_uses_ready_index else 'NO'}"
+            f"  {'yes' if r.plan_uses_claim_index else 'NO'}"
         )
-    lines += ["", "trend: p50 of the last tenth of the claims / p50 of the first tenth"]
+    lines += [
+        "",
+        f"vs 10k: p50 / p50(pending {short(SMALL_PENDING)}); buffers: one claim of 20, "
+        "EXPLAIN (ANALYZE, BUFFERS) after the fill",
+        "trend: p50 of the last tenth of the claims / p50 of the first tenth",
+    ]
     ratio = size_ratio(results)
     if ratio is not None:
         lo, hi, value = ratio
@@ -295,8 +354,20 @@ def report(results: list[Measurement], args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
+def baseline(results: list[Measurement]) -> Measurement | None:
+    """The ``pending 10k`` case, which the cases beside 10k pending compare with."""
+    for r in results:
+        if r.case == Case(f"pending {short(SMALL_PENDING)}", SMALL_PENDING):
+            return r
+    return None
+
+
 def size_ratio(results: list[Measurement]) -> tuple[int, int, float] | None:
-    plain = [r for r in results if not (r.case.dead or r.case.deleted or r.case.held_snapshot)]
+    plain = [
+        r
+        for r in results
+        if not (r.case.dead or r.case.deleted or r.case.future or r.case.held_snapshot)
+    ]
     if len(plain) < 2:
         return None
     lo = min(plain, key=lambda r: r.case.pending)
@@ -345,6 +416,13 @@ def main(argv: list[str] | None = None) -> int:
         help="unvacuumed deleted jobs before 10k pending; 0 skips (default 1000000)",
     )
     p.add_argument(
+        "--future",
+        type=int,
+        default=1_000_000,
+        help=f"jobs of priority {FUTURE_PRIORITY} due tomorrow beside 10k pending; "
+        "0 skips (default 1000000)",
+    )
+    p.add_argument(
         "--held-snapshot",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -355,8 +433,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=5, help="unmeasured claims first (default 5)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     args = p.parse_args(argv)
-    if args.claims < 1 or args.batch < 1 or args.warmup < 0 or args.dead < 0 or args.deleted < 0:
-        p.error("--claims and --batch must be at least 1; --warmup, --dead, --deleted >= 0")
+    if (
+        args.claims < 1
+        or args.batch < 1
+        or min(args.warmup, args.dead, args.deleted, args.future) < 0
+    ):
+        p.error(
+            "--claims and --batch must be at least 1; --warmup, --dead, --deleted, --future >= 0"
+        )
     todo = cases(args)
     needed = (args.claims + args.warmup) * args.batch
     if any(c.pending < needed for c in todo):
@@ -366,12 +450,16 @@ def main(argv: list[str] | None = None) -> int:
         results = measure(dsn, todo, args.claims, args.batch, args.warmup, verbose=not args.json)
     if args.json:
         ratio = size_ratio(results)
+        base = baseline(results)
         out: dict[str, Any] = {
             "claims": args.claims,
             "batch": args.batch,
             "warmup": args.warmup,
             "cases": [r.summary() for r in results],
             "p50_ratio_largest_to_smallest": ratio[2] if ratio else None,
+            "p50_ratio_to_pending_10k": {r.case.name: r.p50 / base.p50 for r in results}
+            if base
+            else None,
         }
         print(json.dumps(out, indent=2))
     else:

@@ -43,6 +43,11 @@ BAD_ENQUEUES: list[tuple[str, tuple[Any, ...], dict[str, Any], type[Exception], 
     ("delay as a string", ("k",), {"delay": "2 seconds"}, TypeError, "timedelta"),
     ("run_at and delay", ("k",), {"run_at": NOW, "delay": timedelta(1)}, ValueError, "not both"),
     ("naive run_at", ("k",), {"run_at": datetime(2030, 1, 1)}, ValueError, "timezone"),
+    ("priority above 100", ("k",), {"priority": 101}, ValueError, "priority"),
+    ("priority below -100", ("k",), {"priority": -101}, ValueError, "priority"),
+    ("float priority", ("k",), {"priority": 1.5}, TypeError, "priority"),
+    ("empty queue name", ("k",), {"queue": ""}, ValueError, "queue name"),
+    ("non-string queue name", ("k",), {"queue": 5}, TypeError, "queue name"),
 ]
 
 
@@ -171,6 +176,10 @@ async def test_bad_claim_reap_and_fail_arguments(queue: Any, raw: Raw) -> None:
         await queue.claim(kinds="k")
     with pytest.raises(ValueError, match="at least one kind"):
         await queue.claim(kinds=[])
+    with pytest.raises(TypeError, match="single str"):
+        await queue.claim(queues="default")
+    with pytest.raises(ValueError, match="at least one queue"):
+        await queue.claim(queues=[])
     with pytest.raises(ValueError, match="worker"):
         await queue.claim(worker="")
     with pytest.raises(TypeError, match="timedelta"):

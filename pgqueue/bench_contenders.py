@@ -193,7 +193,7 @@ def run_ceiling(dsn: str, n: int, batch_size: int) -> Run:
 
     Four threads, each with its own autocommit connection, loop until a
     claim returns nothing: claim ``batch_size`` jobs with the queue's claim
-    statement (`Statements.claim`, the UPDATE ... FOR UPDATE SKIP LOCKED that
+    statement (`Statements.claim_for`, the UPDATE ... FOR UPDATE SKIP LOCKED that
     a worker's turn embeds), then delete them all in one statement. No
     handler runs and no outcome is fenced: it is how fast a worker would
     drain if pgqueue itself cost nothing. Threads with sync connections
@@ -201,11 +201,11 @@ def run_ceiling(dsn: str, n: int, batch_size: int) -> Run:
     ceiling is more honest the faster it is. Enqueue is `enqueue_many`.
     """
     table = _table()
-    claim = QueueCore(table).sql.claim
+    claim = QueueCore(table).sql.claim_for(False, False, batch_size)
     delete = SeedStatements(table).delete_batch
 
     def drain(conn: psycopg.Connection[Any], name: str, progress: Progress) -> None:
-        params = {"worker": name, "limit": batch_size}
+        params = {"worker": name}
         while rows := conn.execute(claim, params).fetchall():
             conn.execute(delete, ([row[0] for row in rows],))
             progress.advance(len(rows))

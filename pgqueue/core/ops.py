@@ -292,7 +292,8 @@ class QueueCore:
         queues: Iterable[str] | None = None,
     ) -> Operation[list[Job]]:
         params = self._claim_params(limit, worker, kinds, queues)
-        return self._claim(self.sql.claims["queues" in params, "kinds" in params], params)
+        statement = self.sql.claim_for("queues" in params, "kinds" in params, params.pop("limit"))
+        return self._claim(statement, params)
 
     def claim_orphan(
         self,
@@ -339,7 +340,11 @@ class QueueCore:
         worker: str,
         claim: dict[str, Any],
     ) -> Operation[Cycle]:
-        statement = self.sql.cycles["queues" in claim, "kinds" in claim, "claim_bytes" in claim]
+        claim = dict(claim)
+        limit = claim.pop("limit")
+        statement = self.sql.turn(
+            "queues" in claim, "kinds" in claim, "claim_bytes" in claim, limit
+        )
         params = {**claim, "worker": worker, "done": list(succeeded), **_failure_arrays(failures)}
 
         def plan() -> Plan[Cycle]:
@@ -548,8 +553,7 @@ class QueueCore:
 
     def explain_claim(self) -> Operation[str]:
         def plan() -> Plan[str]:
-            params = {"worker": "explain", "limit": 20}
-            rows = yield Query(self.sql.explain_claim, params)
+            rows = yield Query(self.sql.explain_claim, {"worker": "explain"})
             return "\n".join(r[0] for r in rows)
 
         return Operation(plan())

@@ -11,6 +11,7 @@ composes nor escapes anything, and psycopg can prepare them by text.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from typing import Final
 
 from psycopg import sql
@@ -332,12 +333,12 @@ picked AS (
                    WHERE status = 'pending' AND queue = l.queue AND priority = l.priority
                      AND run_at <= now(){kind_filter}{orphans}
                    ORDER BY run_at, id
-                   LIMIT %(limit)s
+                   LIMIT {limit}
                    FOR UPDATE SKIP LOCKED) AS c
             WHERE l.priority = p.priority
             ORDER BY c.run_at, c.id
-            LIMIT %(limit)s) AS x
-     LIMIT %(limit)s)"""
+            LIMIT {limit}) AS x
+     LIMIT {limit})"""
         # A worker's batch may stop at the job whose payload would take it
         # past %(claim_bytes)s (stored size; the first job always comes):
         # the worker holds about six times its batch's payloads in memory.
@@ -354,17 +355,18 @@ picked AS (
         claim = """
 UPDATE {table} AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
- WHERE j.id IN (
+ WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE{found},{levels},{pick}
-{take})
+{take}))
 RETURNING {jcols}"""
         no_orphans = sql.SQL("\n                     AND NOT coalesce({}, false)").format(ORPHANED)
 
         def claim_statement(
-            queues: bool, kinds: bool, budget: bool = False, worker: bool = False
+            queues: bool, kinds: bool, limit: int, budget: bool = False, worker: bool = False
         ) -> sql.Composable:
             """The claim; a worker's (`worker`) leaves orphaned jobs out."""
             picked = sql.SQL(pick).format(
+                limit=sql.Literal(limit),
                 per_kind=sql.SQL(
                     " CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)" if kinds else ""
                 ),
@@ -381,13 +383,13 @@ RETURNING {jcols}"""
                 **names,
             )
 
-        # (queues given, kinds given) -> the claim.
-        self.claims = {
-            (q, k): claim_statement(q, k).as_bytes(None)
-            for q in (False, True)
-            for k in (False, True)
-        }
-        self.claim = self.claims[False, False]
+        # The batch size is written into the statement, not passed: with a
+        # parameter, PostgreSQL planned the claim anew at every execution
+        # (its generic plan, blind to the LIMIT, looked dearer), and planning
+        # took as long as the claim itself (docs/performance.md). Written
+        # in, the statement is planned once per connection and batch size.
+        self._claim_statement = claim_statement
+        self._rendered: dict[tuple[object, ...], bytes] = {}
 
         # An orphaned job (`Job.orphaned`) runs alone, claimed by itself when
         # the worker has nothing else; the worker's batches leave them out.
@@ -475,19 +477,11 @@ SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM done),
         keep_done = _history_copy(keep, "done", "succeeded")
 
         # (queues given, kinds given, byte budget) -> the worker's turn.
-        self.cycles = {
-            (q, k, b): _render(
-                cycle,
-                claim=claim_statement(q, k, budget=b, worker=True),
-                failures=failed,
-                keep=keep_done,
-                **names,
-            )
-            for q in (False, True)
-            for k in (False, True)
-            for b in (False, True)
-        }
-        self.cycle = self.cycles[False, False, False]
+        self._turn_parts = (cycle, failed, keep_done, names)
+        # As shown in docs/design.md: a worker's turn and a claim, for the
+        # default batch sizes.
+        self.cycle = self.turn(False, False, False, 100)
+        self.claim = self.claim_for(False, False, 20)
 
         # The reaper, step 0: one reaper at a time per table; the others skip.
         self.reap_lock = _render(
@@ -639,6 +633,38 @@ SELECT count(*) FROM purged""",
             keep=_history_copy(keep, "purged", "dead"),
             **names,
         )
+
+    # At most this many claims and turns are kept rendered (batch sizes
+    # times shapes); past it, they are rendered anew.
+    RENDERED_MAX = 64
+
+    def _remember(self, key: tuple[object, ...], render: Callable[[], bytes]) -> bytes:
+        statement = self._rendered.get(key)
+        if statement is None:
+            if len(self._rendered) >= self.RENDERED_MAX:
+                self._rendered.clear()
+            statement = self._rendered[key] = render()
+        return statement
+
+    def claim_for(self, queues: bool, kinds: bool, limit: int) -> bytes:
+        """The claim of up to `limit` jobs, with a ``queues`` and a ``kinds``
+        parameter if told so (see `pgqueue.core.ops.QueueCore.claim`)."""
+        return self._remember(
+            ("claim", queues, kinds, limit),
+            lambda: self._claim_statement(queues, kinds, limit).as_bytes(None),
+        )
+
+    def turn(self, queues: bool, kinds: bool, budget: bool, limit: int) -> bytes:
+        """A worker's turn (see the ``cycle`` template above) claiming up to
+        `limit` jobs, with ``queues``, ``kinds`` and ``claim_bytes``
+        parameters if told so."""
+        cycle, failed, keep, names = self._turn_parts
+
+        def render() -> bytes:
+            claimed = self._claim_statement(queues, kinds, limit, budget=budget, worker=True)
+            return _render(cycle, claim=claimed, failures=failed, keep=keep, **names)
+
+        return self._remember(("turn", queues, kinds, budget, limit), render)
 
 
 class SeedStatements:

@@ -23,7 +23,7 @@ never imports ``prometheus_client``; only this module does.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -53,13 +53,19 @@ DEFAULT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 
 class PrometheusMetrics:
     """An event listener that turns a worker's job events into Prometheus metrics.
 
-    * ``<namespace>_jobs_total{queue, kind, event}``: a counter of events, by
-      the queue's table, the job's kind and the event's name (``claimed``,
-      ``succeeded``, ``failed``, ``dead``, ``released``, ``interrupted``,
-      ``reaped``). ``kind`` is empty for reaped jobs and jobs the reaper buried.
-    * ``<namespace>_job_duration_seconds{queue, kind}``: a histogram of handler
-      run times, from the events that carry one (``succeeded``, ``failed``,
-      ``dead``).
+    * ``<namespace>_jobs_total{table, queue, kind, event}``: a counter of
+      events, by the queue's table, the job's queue and kind, and the event's
+      name (``claimed``, ``succeeded``, ``failed``, ``dead``, ``released``,
+      ``interrupted``, ``reaped``). ``queue`` and ``kind`` are empty for
+      reaped jobs and jobs the reaper buried.
+    * ``<namespace>_job_duration_seconds{table, queue, kind}``: a histogram of
+      handler run times, from the events that carry one (``succeeded``,
+      ``failed``, ``dead``).
+
+    Priority is no label: it would multiply every series by the priorities
+    in use (up to 201) for a question the gauges of `QueueStatsCollector`
+    answer better (what is waiting, at which priority); `JobEvent.priority`
+    is there for a listener of your own.
 
     For example:
 
@@ -83,32 +89,33 @@ class PrometheusMetrics:
         self.jobs = Counter(
             "jobs",
             "Jobs by what happened to them, as reported by pgqueue workers.",
-            ["queue", "kind", "event"],
+            ["table", "queue", "kind", "event"],
             namespace=namespace,
             registry=registry,
         )
         self.duration = Histogram(
             "job_duration_seconds",
             "How long pgqueue job handlers ran, in seconds.",
-            ["queue", "kind"],
+            ["table", "queue", "kind"],
             namespace=namespace,
             registry=registry,
             buckets=buckets,
         )
         # Labelled children by label values: `labels()` costs more than a dict lookup.
-        self._counts: dict[tuple[str, str, str], Any] = {}
-        self._times: dict[tuple[str, str], Any] = {}
+        self._counts: dict[tuple[str, str, str, str], Any] = {}
+        self._times: dict[tuple[str, str, str], Any] = {}
 
     def __call__(self, event: JobEvent) -> None:
         """Count ``event``, and observe its run time if it has one."""
         kind = event.kind or ""
-        key = (event.queue, kind, event.name.value)
+        queue = event.queue or ""
+        key = (event.table, queue, kind, event.name.value)
         count = self._counts.get(key)
         if count is None:
             count = self._counts[key] = self.jobs.labels(*key)
         count.inc()
         if event.duration is not None:
-            where = (event.queue, kind)
+            where = (event.table, queue, kind)
             times = self._times.get(where)
             if times is None:
                 times = self._times[where] = self.duration.labels(*where)
@@ -118,15 +125,19 @@ class PrometheusMetrics:
 class QueueStatsCollector(Collector):
     """Gauges read from `Queue.stats` each time Prometheus scrapes.
 
-    * ``<namespace>_queue_jobs{queue, status}``: rows by status (``pending``
+    * ``<namespace>_queue_jobs{table, status}``: rows by status (``pending``
       counts delayed jobs too);
-    * ``<namespace>_queue_kind_jobs{queue, kind, status}``: the same, by kind
+    * ``<namespace>_queue_kind_jobs{table, kind, status}``: the same, by kind
       (only kinds that have rows);
-    * ``<namespace>_queue_oldest_pending_age_seconds{queue}``: how long the
+    * ``<namespace>_queue_jobs_by_queue{table, queue, status}``: the same, by
+      the jobs' queue (only queues that have rows);
+    * ``<namespace>_queue_jobs_by_priority{table, priority, status}``: the
+      same, by priority (only priorities that have rows);
+    * ``<namespace>_queue_oldest_pending_age_seconds{table}``: how long the
       oldest ready job has waited (0 when none is ready);
-    * ``<namespace>_queue_expired_jobs{queue}``: running jobs whose lease is
+    * ``<namespace>_queue_expired_jobs{table}``: running jobs whose lease is
       older than ``visibility_timeout``, which a reaper will take back;
-    * ``<namespace>_queue_up{queue}``: 1 if the stats could be read, else 0
+    * ``<namespace>_queue_up{table}``: 1 if the stats could be read, else 0
       (the error is logged at WARNING on ``pgqueue.prometheus``).
 
     For example:
@@ -174,27 +185,37 @@ class QueueStatsCollector(Collector):
             "jobs": GaugeMetricFamily(
                 f"{ns}_queue_jobs",
                 "Jobs in the queue's table, by status.",
-                labels=["queue", "status"],
+                labels=["table", "status"],
             ),
             "kind_jobs": GaugeMetricFamily(
                 f"{ns}_queue_kind_jobs",
                 "Jobs in the queue's table, by kind and status.",
-                labels=["queue", "kind", "status"],
+                labels=["table", "kind", "status"],
+            ),
+            "queue_jobs": GaugeMetricFamily(
+                f"{ns}_queue_jobs_by_queue",
+                "Jobs in the queue's table, by the queue they wait in and status.",
+                labels=["table", "queue", "status"],
+            ),
+            "priority_jobs": GaugeMetricFamily(
+                f"{ns}_queue_jobs_by_priority",
+                "Jobs in the queue's table, by priority and status.",
+                labels=["table", "priority", "status"],
             ),
             "oldest": GaugeMetricFamily(
                 f"{ns}_queue_oldest_pending_age_seconds",
                 "How long the oldest ready job has waited, in seconds (0 when none is ready).",
-                labels=["queue"],
+                labels=["table"],
             ),
             "expired": GaugeMetricFamily(
                 f"{ns}_queue_expired_jobs",
                 "Running jobs whose lease has expired: a reaper will return them to pending.",
-                labels=["queue"],
+                labels=["table"],
             ),
             "up": GaugeMetricFamily(
                 f"{ns}_queue_up",
                 "1 if the queue's stats could be read at this scrape, else 0.",
-                labels=["queue"],
+                labels=["table"],
             ),
         }
 
@@ -216,9 +237,15 @@ class QueueStatsCollector(Collector):
             families["up"].add_metric([table], 1.0)
             for status in JobStatus:
                 families["jobs"].add_metric([table, status.value], stats.by_status[status])
-            for kind, counts in stats.by_kind.items():
-                for status, count in counts.items():
-                    families["kind_jobs"].add_metric([table, kind, status.value], count)
+            breakdowns: tuple[tuple[str, Mapping[Any, Mapping[JobStatus, int]]], ...] = (
+                ("kind_jobs", stats.by_kind),
+                ("queue_jobs", stats.by_queue),
+                ("priority_jobs", stats.by_priority),
+            )
+            for family, breakdown in breakdowns:
+                for key, counts in breakdown.items():
+                    for status, count in counts.items():
+                        families[family].add_metric([table, str(key), status.value], count)
             age = stats.oldest_pending_age
             families["oldest"].add_metric([table], age.total_seconds() if age is not None else 0.0)
             families["expired"].add_metric([table], stats.expired)

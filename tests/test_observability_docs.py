@@ -57,10 +57,10 @@ import metrics_example as ex
 
 ex.queue.enqueue("send_receipt", {"order_id": 7})
 ex.worker.run(until_empty=True)
-labels = {"queue": "pgqueue_jobs", "kind": "send_receipt"}
+labels = {"table": "pgqueue_jobs", "queue": "default", "kind": "send_receipt"}
 print(REGISTRY.get_sample_value("pgqueue_jobs_total", {**labels, "event": "succeeded"}))
 print(REGISTRY.get_sample_value("pgqueue_job_duration_seconds_count", labels))
-print(REGISTRY.get_sample_value("pgqueue_queue_up", {"queue": "pgqueue_jobs"}))
+print(REGISTRY.get_sample_value("pgqueue_queue_up", {"table": "pgqueue_jobs"}))
 ex.queue.close()
 """
     lines = run(empty_database, tmp_path, "-c", drive)

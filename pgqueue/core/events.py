@@ -59,9 +59,9 @@ class JobEvent:
     """One thing that happened to one job, reported by a worker to its listeners.
 
     >>> event = JobEvent(EventName.SUCCEEDED, 42, "send_receipt", "w1", "pgqueue_jobs",
-    ...                  attempts=1, duration=0.012)
-    >>> f"{event.name} {event.kind}#{event.job_id}"
-    'succeeded send_receipt#42'
+    ...                  attempts=1, duration=0.012, queue="mail", priority=10)
+    >>> f"{event.name} {event.kind}#{event.job_id} in {event.queue}"
+    'succeeded send_receipt#42 in mail'
     """
 
     name: EventName
@@ -71,8 +71,9 @@ class JobEvent:
     and `EventName.DEAD` from the reaper)."""
     worker: str
     """The name of the worker that reports the event (its ``locked_by``)."""
-    queue: str
-    """The queue's table, as the queue was given it."""
+    table: str
+    """The queue's table, as the queue was given it. (Before queues existed
+    this field was called ``queue``; `queue` is now the job's queue.)"""
     attempts: int | None = None
     """The job's attempts counted so far, including the current one; None where unknown."""
     duration: float | None = None
@@ -80,6 +81,11 @@ class JobEvent:
     None where no handler ran to the end."""
     error: str | None = None
     """The first line of the job's ``last_error`` (``FAILED``, ``DEAD``, ``INTERRUPTED``)."""
+    queue: str | None = None
+    """The job's queue (`pgqueue.Job.queue`); None where the worker does not know
+    the job (`EventName.REAPED`, and `EventName.DEAD` from the reaper)."""
+    priority: int | None = None
+    """The job's priority (`pgqueue.Job.priority`); None where `queue` is."""
 
 
 EventListener = Callable[[JobEvent], object]

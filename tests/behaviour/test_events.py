@@ -84,13 +84,39 @@ async def test_drain_reports_one_claimed_and_one_succeeded_event_per_job(
     assert Counter(e.job_id for e in succeeded) == Counter(ids)
     assert {e.job_id: e.kind for e in succeeded} == kinds
     assert all(e.duration is not None and e.duration >= 0 for e in succeeded)
-    assert {(e.worker, e.queue, e.attempts, e.error) for e in succeeded} == {
-        (worker.worker.name, table, 1, None)
+    assert {(e.worker, e.table, e.queue, e.priority, e.attempts, e.error) for e in succeeded} == {
+        (worker.worker.name, table, "default", 0, 1, None)
     }
     claimed = heard.named(CLAIMED)
     assert Counter(e.job_id for e in claimed) == Counter(ids)
     assert {e.duration for e in claimed} == {None}
     assert len(heard.events) == 2 * len(ids)
+
+
+async def test_events_carry_the_queue_and_priority_of_their_job(
+    dsn: str, table: str, backend: str
+) -> None:
+    heard = Recorder()
+
+    def broken(job: pgqueue.Job) -> None:
+        raise ValueError("no")
+
+    async with open_queue(backend, dsn, table=table, backoff=zero_backoff()) as q:
+        await q.install()
+        mail = await q.enqueue_many(
+            [pgqueue.JobSpec("mail", i, queue="mail", priority=7) for i in range(3)]
+        )
+        bulk = await q.enqueue("mail", queue="bulk", priority=-100)
+        broke = await q.enqueue("broken", queue="bulk", priority=100, max_attempts=1)
+        worker = WorkerUnderTest(backend, q, {"mail": lambda job: None, "broken": broken},
+                                 on_event=heard)  # fmt: skip
+        await worker.run(until_empty=True)
+
+    where = {job_id: ("mail", 7) for job_id in mail} | {bulk: ("bulk", -100), broke: ("bulk", 100)}
+    assert {e.job_id: (e.queue, e.priority) for e in heard.named(CLAIMED)} == where
+    assert {e.job_id: (e.queue, e.priority) for e in heard.named(SUCCEEDED, DEAD)} == where
+    [dead] = heard.named(DEAD)
+    assert (dead.job_id, dead.queue, dead.priority) == (broke, "bulk", 100)
 
 
 async def test_failing_job_reports_failed_then_dead_with_its_error(
@@ -267,10 +293,13 @@ async def test_reaper_reports_reaped_and_buried_jobs_of_a_dead_worker(
         await wait_for(done)
         worker.stop()
 
+    # The reaper reads ids only: it knows neither kind nor queue.
     [reaped] = heard.named(EventName.REAPED)
     assert (reaped.job_id, reaped.kind) == (comes_back, None)
+    assert (reaped.queue, reaped.priority) == (None, None)
     [buried] = heard.named(DEAD)
     assert (buried.job_id, buried.kind) == (last_try, None)
+    assert (buried.queue, buried.priority) == (None, None)
     # The reaped job came back and ran; the buried one stays dead.
     assert [e.job_id for e in heard.named(SUCCEEDED)] == [comes_back]
     assert raw.rows("SELECT id, status FROM {table}") == [(last_try, "dead")]

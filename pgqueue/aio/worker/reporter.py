@@ -77,7 +77,8 @@ class Reporter:
         if self.listeners:
             for job in jobs:
                 self.emit(JobEvent(EventName.CLAIMED, job.id, job.kind, self.worker,
-                                   self.table, job.attempts))  # fmt: skip
+                                   self.table, job.attempts, queue=job.queue,
+                                   priority=job.priority))  # fmt: skip
 
     def decided(self, job: Job, failure: Failure, event: Event, exc: BaseException | None) -> None:
         """Log a failure when it is decided, with the exception at hand (listeners
@@ -139,7 +140,8 @@ class Reporter:
             if self.listeners:
                 self.emit(JobEvent(name, job.id, job.kind, self.worker, self.table,
                                    attempts=attempts, duration=outcome.duration,
-                                   error=error))  # fmt: skip
+                                   error=error, queue=job.queue,
+                                   priority=job.priority))  # fmt: skip
 
     def reaped(self, written: dict[int, JobStatus]) -> None:
         reaped = [i for i, status in written.items() if status is JobStatus.PENDING]

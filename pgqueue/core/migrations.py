@@ -78,6 +78,7 @@ class SchemaNames:
     versions_regclass: str
     running_index_regclass: str
     claim_index_regclass: str
+    unique_index_regclasses: dict[str, str]  # by scope
 
     @classmethod
     def for_table(cls, table: str) -> SchemaNames:
@@ -106,6 +107,9 @@ class SchemaNames:
             # An index lives in its table's schema.
             running_index_regclass=_quoted(*schema, f"{name}_running"),
             claim_index_regclass=_quoted(*schema, f"{name}_claim"),
+            unique_index_regclasses={
+                scope: _quoted(*schema, f"{name}_unique_{scope}") for scope in UNIQUE_PREDICATES
+            },
         )
 
     def render(self, template: str) -> bytes:
@@ -318,17 +322,19 @@ def _running_index(n: SchemaNames) -> Plan[None]:
     )
 
 
-def _check_prebuilt_index(n: SchemaNames, name: str, definition: str) -> Plan[None]:
+def _check_prebuilt_index(
+    n: SchemaNames, name: str, definition: str, *, unique: bool = False
+) -> Plan[None]:
     """Accept an index an operator built beforehand (CREATE INDEX CONCURRENTLY,
     same name and definition) so that ``CREATE INDEX IF NOT EXISTS`` keeps it;
     refuse one that is invalid, of another table, or another definition."""
     rows = yield Query(
         b"""
 SELECT i.indrelid IS NOT DISTINCT FROM %s::regclass, i.indisvalid,
-       CASE WHEN NOT i.indisunique THEN split_part(pg_get_indexdef(c.oid), ' USING ', 2) END
+       CASE WHEN i.indisunique = %s THEN split_part(pg_get_indexdef(c.oid), ' USING ', 2) END
   FROM pg_class c LEFT JOIN pg_index i ON i.indexrelid = c.oid
  WHERE c.oid = to_regclass(%s)""",
-        (n.regclass, name),
+        (n.regclass, unique, name),
     )
     if not rows:
         return
@@ -345,7 +351,8 @@ SELECT i.indrelid IS NOT DISTINCT FROM %s::regclass, i.indisvalid,
             "it again, or drop it and let install() build it"
         )
     if found != definition:
-        found = "a unique index" if found is None else found
+        if found is None:
+            found = "a unique index" if not unique else "an index that is not unique"
         raise SchemaError(
             f"index {name} exists but is not the one pgqueue needs: it is {found}, not "
             f"{definition} (see docs/migrations.md); drop it and install again"
@@ -356,6 +363,16 @@ SELECT i.indrelid IS NOT DISTINCT FROM %s::regclass, i.indisvalid,
 CLAIM_INDEX_DEFINITION: Final = (
     "btree (queue, priority, run_at, id) WHERE (status = 'pending'::text)"
 )
+
+
+def unique_index_definition(scope: str) -> str:
+    """A unique index of migration 7 as pg_get_indexdef shows it after " USING "."""
+    return {
+        "queued": "btree (unique_key) WHERE ((unique_scope = 'queued'::text)"
+        " AND (status = 'pending'::text) AND (attempts = 0))",
+        "active": "btree (unique_key) WHERE ((unique_scope = 'active'::text)"
+        " AND (status = ANY (ARRAY['pending'::text, 'running'::text])))",
+    }[scope]
 
 
 def _queues_priorities_unique_schedules(n: SchemaNames) -> Plan[None]:
@@ -401,6 +418,9 @@ ALTER TABLE {table}
     # retry nor a release brings it back to 0) or ends (active: dead, or
     # deleted): no worker statement can collide with a newer duplicate.
     for index, scope in (("{unique_queued_index}", "queued"), ("{unique_active_index}", "active")):
+        yield from _check_prebuilt_index(
+            n, n.unique_index_regclasses[scope], unique_index_definition(scope), unique=True
+        )
         yield Query(
             n.render(
                 f"CREATE UNIQUE INDEX IF NOT EXISTS {index} ON {{table}} (unique_key)"

@@ -423,11 +423,6 @@ async def test_an_invalid_claim_index_is_refused_until_it_is_dropped(
         assert len(await q.claim(5)) == 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="migration 7 keeps any relation named like a unique index (CREATE UNIQUE INDEX "
-    "IF NOT EXISTS) without checking it as it checks the claim index",
-)
 @pytest.mark.parametrize("flaw", ["invalid", "not partial"])
 async def test_a_unique_index_built_beforehand_that_would_not_do_is_refused(
     dsn: str, table: str, backend: str, raw: Raw, monkeypatch: pytest.MonkeyPatch, flaw: str

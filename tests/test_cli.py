@@ -242,7 +242,8 @@ def test_metrics_port_serves_the_workers_events_and_the_queues_stats(
 ) -> None:
     ids = queue.enqueue_many([("noop", i) for i in range(5)])
     port = free_port()
-    succeeded = f'pgqueue_jobs_total{{event="succeeded",kind="noop",queue="{app.table}"}} 5.0'
+    labels = f'event="succeeded",kind="noop",queue="default",table="{app.table}"'
+    succeeded = f"pgqueue_jobs_total{{{labels}}} 5.0"
     metrics = ""
 
     def scraped() -> bool:
@@ -258,8 +259,8 @@ def test_metrics_port_serves_the_workers_events_and_the_queues_stats(
         app.wait_until(scraped, "5 successes in the metrics", proc)
         proc.send_signal(signal.SIGTERM)
         assert app.exit_code(proc) == 0, app.output()
-    assert f'pgqueue_queue_up{{queue="{app.table}"}} 1.0' in metrics
-    assert f'pgqueue_queue_jobs{{queue="{app.table}",status="pending"}} 0.0' in metrics
+    assert f'pgqueue_queue_up{{table="{app.table}"}} 1.0' in metrics
+    assert f'pgqueue_queue_jobs{{status="pending",table="{app.table}"}} 0.0' in metrics
     assert f"serving Prometheus metrics on port {port}" in app.output()
 
 

@@ -12,6 +12,7 @@ from .core.events import EventName, JobEvent
 from .core.jobs import DuplicateJob, Job, JobNotRunning, JobSpec, JobStatus, Stats
 from .core.migrations import IncompatibleTable, SchemaError, SchemaTooNew
 from .core.ops import QueueState
+from .core.schedules import ScheduleState, UnknownSchedule
 from .core.states import IllegalTransition
 from .sync.queue import Queue
 from .sync.worker import Worker
@@ -31,9 +32,11 @@ __all__ = [
     "JobStatus",
     "Queue",
     "QueueState",
+    "ScheduleState",
     "SchemaError",
     "SchemaTooNew",
     "Stats",
+    "UnknownSchedule",
     "Worker",
 ]
 

@@ -42,6 +42,14 @@ from .jobs import (
 )
 from .migrations import SchemaNames, install_plan, uninstall_plan, version_plan
 from .plans import Copy, Operation, Plan, Query, Rows, Step, drive, needs_transaction
+from .schedules import (
+    Schedule,
+    ScheduleState,
+    Tick,
+    UnknownSchedule,
+    unique_key_of,
+    validate_schedule_name,
+)
 from .sql import Statements
 from .states import Event, next_state
 
@@ -613,6 +621,93 @@ class QueueCore:
         def plan() -> Plan[int]:
             [(purged,)] = yield Query(self.sql.purge_dead, params)
             return int(purged)
+
+        return Operation(plan())
+
+    # -- schedules (pgqueue.core.schedules) -------------------------------------
+
+    def register_schedules(self, schedules: Sequence[Schedule]) -> Operation[None]:
+        """Write a worker's schedules into the table (new ones start now)."""
+        rows = [
+            {"name": s.name, "kind": s.kind, "cron": s.cron and s.cron.expression,
+             "every": s.every, "tz": s.tz, "payload": s.payload_json, "queue": s.queue,
+             "priority": s.priority, "overlap": s.overlap}
+            for s in schedules
+        ]  # fmt: skip
+
+        def plan() -> Plan[None]:
+            for row in rows:
+                yield Query(self.sql.register_schedule, row)
+
+        return Operation(plan(), atomic=True)
+
+    def schedule_clock(
+        self, names: Sequence[str]
+    ) -> Operation[tuple[datetime, dict[str, datetime | None]]]:
+        """The database's clock, and the last tick of each schedule named that has a row."""
+
+        def plan() -> Plan[tuple[datetime, dict[str, datetime | None]]]:
+            [(now, found, ticks)] = yield Query(self.sql.schedule_clock, {"names": list(names)})
+            return now, dict(zip(found, ticks, strict=True))
+
+        return Operation(plan())
+
+    def tick_schedule(self, schedule: Schedule, tick: datetime) -> Operation[Tick]:
+        """Record `tick` and enqueue its job, in one statement, unless it is recorded already."""
+        # The table's name as pg_get_serial_sequence reads it: quoted.
+        params = {
+            "name": schedule.name, "tick": tick, "table": self.schema.regclass,
+            "kind": schedule.kind, "payload": schedule.payload_json, "queue": schedule.queue,
+            "priority": schedule.priority, "unique_key": schedule.unique_key,
+            "channel": self.channel,
+        }  # fmt: skip
+
+        def plan() -> Plan[Tick]:
+            [(won, paused, job_id, now, _)] = yield Query(
+                self.sql.schedule_ticks[schedule.overlap], params
+            )
+            return Tick(won, job_id, paused, now)
+
+        return Operation(plan())
+
+    def schedules(self) -> Operation[list[ScheduleState]]:
+        """Every schedule in the table, by name, with its next tick by the database's clock."""
+
+        def plan() -> Plan[list[ScheduleState]]:
+            rows = yield Query(self.sql.schedule_states)
+            return [ScheduleState.from_row(row) for row in rows]
+
+        return Operation(plan())
+
+    def set_schedule_paused(self, name: str, paused: bool) -> Operation[None]:
+        """Pause a schedule (its ticks enqueue nothing) or resume it (from now on)."""
+        name = validate_schedule_name(name)
+        params = {"name": name, "paused": paused}
+
+        def plan() -> Plan[None]:
+            if not (yield Query(self.sql.set_schedule_paused, params)):
+                raise UnknownSchedule(name)
+
+        return Operation(plan())
+
+    def trigger_schedule(self, name: str) -> Operation[int]:
+        """Enqueue a schedule's job now, from its row; not a tick. With overlap=False,
+        `DuplicateJob` if its previous job is still pending or running."""
+        name = validate_schedule_name(name)
+        key = unique_key_of(name)
+        params = {"name": name, "unique_key": key, "channel": self.channel}
+
+        def plan() -> Plan[int]:
+            for _ in range(UNIQUE_TRIES):
+                [(found, job_id, _)] = yield Query(self.sql.trigger_schedule, params)
+                if not found:
+                    raise UnknownSchedule(name)
+                if job_id is not None:
+                    return int(job_id)
+                rows = yield Query(self.sql.unique_holders["active"], params)
+                if rows:
+                    raise DuplicateJob(key, int(rows[0][0]))
+            raise RuntimeError(f"unique key {key!r} changed hands {UNIQUE_TRIES} times")
 
         return Operation(plan())
 

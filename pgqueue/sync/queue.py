@@ -13,6 +13,7 @@ from typing import Any
 from ..core.backoff import Backoff
 from ..core.jobs import DEFAULT_QUEUE, Job, JobSpec, JobStatus, Stats, default_worker_name
 from ..core.ops import Cycle, Failure, QueueCore, QueueState
+from ..core.schedules import Schedule, ScheduleState, Tick
 from ..core.states import Event
 from .driver import CallerConnection, PoolTarget, make_driver
 
@@ -248,6 +249,44 @@ class Queue:
     def queues(self) -> list[QueueState]:
         """Every queue with jobs or that was ever paused: its jobs by status, paused or not."""
         return self._driver.run(self.core.queues())
+
+    def schedules(self) -> list[ScheduleState]:
+        """Every schedule workers registered (`AsyncWorker.schedule`), by name: its
+        definition, paused or not, its last tick and job, and its next tick."""
+        return self._driver.run(self.core.schedules())
+
+    def pause_schedule(self, name: str) -> None:
+        """Pause a schedule: its ticks enqueue nothing until `resume_schedule`.
+
+        Kept in ``<table>_schedules``: it holds for every worker and survives
+        restarts. Raises `pgqueue.UnknownSchedule` if no worker registered it.
+        """
+        self._driver.run(self.core.set_schedule_paused(name, True))
+
+    def resume_schedule(self, name: str) -> None:
+        """Resume a paused schedule from its next tick (the ticks it missed are not made up)."""
+        self._driver.run(self.core.set_schedule_paused(name, False))
+
+    def trigger_schedule(self, name: str) -> int:
+        """Enqueue a schedule's job now, as its ticks do, and return its id.
+
+        It is not a tick: the schedule's ticks go on as before. A schedule
+        with ``overlap=False`` whose previous job is still pending or running
+        raises `pgqueue.DuplicateJob` (``.existing_id`` is that job).
+        """
+        return self._driver.run(self.core.trigger_schedule(name))
+
+    def register_schedules(self, schedules: Sequence[Schedule]) -> None:
+        """Write a worker's schedules into the table (for `AsyncWorker`)."""
+        self._driver.run(self.core.register_schedules(schedules))
+
+    def schedule_clock(self, names: Sequence[str]) -> tuple[datetime, dict[str, datetime | None]]:
+        """The database's clock and the last tick of each schedule named (for `AsyncWorker`)."""
+        return self._driver.run(self.core.schedule_clock(names))
+
+    def tick_schedule(self, schedule: Schedule, tick: datetime) -> Tick:
+        """Record a schedule's tick and enqueue its job in one statement (for `AsyncWorker`)."""
+        return self._driver.run(self.core.tick_schedule(schedule, tick))
 
     def settle(
         self, succeeded: Sequence[int], failures: Sequence[Failure], *, worker: str

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
@@ -18,6 +19,8 @@ import anyio
 from ..aio.queue import AsyncQueue
 from ..aio.worker import AsyncWorker
 from ..core.events import EventListener
+from ..core.jobs import DEFAULT_QUEUE
+from ..core.schedules import Schedule
 from ..core.worker import Handlers, WorkerOptions, WorkerSettings
 from .queue import Queue
 
@@ -85,6 +88,28 @@ class Worker:
             return self._worker.handler(kind)(fn)
 
         return register
+
+    def schedule(
+        self,
+        kind: str,
+        *,
+        cron: str | None = None,
+        every: timedelta | None = None,
+        payload: Any = None,
+        name: str | None = None,
+        tz: str = "UTC",
+        queue: str = DEFAULT_QUEUE,
+        priority: int = 0,
+        overlap: bool = True,
+        backfill: int = 1,
+    ) -> Schedule:
+        """Enqueue a job of ``kind`` at each tick of ``cron`` or ``every``; call before `run`.
+
+        As `AsyncWorker.schedule` (docs/schedules.md).
+        """
+        return self._worker.schedule(kind, cron=cron, every=every, payload=payload, name=name,
+                                     tz=tz, queue=queue, priority=priority, overlap=overlap,
+                                     backfill=backfill)  # fmt: skip
 
     def add_event_listener(self, listener: L) -> L:
         """Call ``listener`` with every `JobEvent` of this worker; returns it (a decorator too).

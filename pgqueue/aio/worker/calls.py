@@ -13,7 +13,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeVar
 
 import anyio
@@ -22,6 +22,7 @@ import psycopg_pool
 
 from ...core.jobs import Job, JobStatus
 from ...core.ops import Cycle, Failure, QueueCore
+from ...core.schedules import Schedule, Tick
 from ...core.worker import STALL_WARNING
 
 __all__ = ["DATABASE_ERRORS", "Calls", "WorkerQueue"]
@@ -70,6 +71,15 @@ class WorkerQueue(Protocol):
     async def connection_settings(self) -> tuple[str, dict[str, Any]]:
         """The conninfo and keyword arguments the queue's pool connects with."""
         ...
+
+    # The scheduler's (only for a worker with schedules).
+    async def register_schedules(self, schedules: Sequence[Schedule]) -> None: ...
+
+    async def schedule_clock(
+        self, names: Sequence[str]
+    ) -> tuple[datetime, dict[str, datetime | None]]: ...
+
+    async def tick_schedule(self, schedule: Schedule, tick: datetime) -> Tick: ...
 
 
 @dataclass(eq=False, slots=True)

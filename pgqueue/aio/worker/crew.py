@@ -14,6 +14,7 @@ the next. Who owns what:
 | `Notifier` | the LISTEN connection and its thread | not ``until_empty`` |
 | `Calls` | the deadline and stall log of every database call | always |
 | `Reporter` | log lines and listener events | always |
+| `Scheduler` | the worker's schedules: their registration and ticks | with schedules |
 
 The ledger (`pgqueue.core.ledger`) is where every job stands; only the
 component named beside each of its methods calls it.
@@ -28,6 +29,7 @@ import anyio
 
 from ...core.events import EventListener
 from ...core.ledger import Ledger
+from ...core.schedules import Schedule
 from ...core.worker import FLUSH_DEADLINE, Handlers, Outcome, WorkerSettings
 from .calls import Calls, WorkerQueue
 from .completer import Completer
@@ -38,6 +40,7 @@ from .notifier import Notifier
 from .reaper import Reaper
 from .reporter import Reporter
 from .runners import Runners
+from .scheduler import Scheduler
 
 __all__ = ["Crew"]
 
@@ -53,6 +56,7 @@ class Crew:
         settings: WorkerSettings,
         handlers: Handlers,
         listeners: Sequence[EventListener],
+        schedules: Sequence[Schedule] = (),
     ) -> None:
         name = settings.name
         self.settings = settings
@@ -71,6 +75,9 @@ class Crew:
         self.reaper = Reaper(settings, queue, self.calls, self.reporter, self.fetcher)
         self.notifier = Notifier(name, queue, self.fetcher.wakeup, self.fetcher.reached,
                                  conninfo=settings.listen_conninfo)  # fmt: skip
+        self.scheduler = (
+            Scheduler(schedules, queue, self.calls, self.reporter, name) if schedules else None
+        )
         self._fetching: anyio.CancelScope | None = None
         self._flushing: anyio.CancelScope | None = None
         self._stopping = False
@@ -78,6 +85,8 @@ class Crew:
     def stop(self) -> None:
         """(On the event loop.) Stop claiming; running jobs get the grace period."""
         self._stopping = True
+        if self.scheduler is not None:
+            self.scheduler.stop()
         if self._fetching is not None:
             self._fetching.cancel()
             self.fetcher.cut_claims_after(self.settings.grace_period)
@@ -99,6 +108,8 @@ class Crew:
             if not until_empty:
                 background.start_soon(self.notifier.run)
                 background.start_soon(self.reaper.run)
+            if self.scheduler is not None:
+                background.start_soon(self.scheduler.run)
             try:
                 await self._work(until_empty)
             finally:

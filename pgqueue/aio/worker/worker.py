@@ -21,6 +21,8 @@ import anyio.from_thread
 import anyio.lowlevel
 
 from ...core.events import EventListener, check_listener, listeners_from
+from ...core.jobs import DEFAULT_QUEUE
+from ...core.schedules import Schedule, validate_schedule
 from ...core.worker import Handlers, WorkerSettings
 from ..queue import AsyncQueue
 from .crew import Crew
@@ -130,6 +132,8 @@ class AsyncWorker:
         self._crew: Crew | None = None
         self._token: anyio.lowlevel.EventLoopToken | None = None
         self._loop_thread: int | None = None
+        # Written by schedule() before run(); read by each run's crew.
+        self._schedules: dict[str, Schedule] = {}
 
     @property
     def name(self) -> str:
@@ -139,6 +143,53 @@ class AsyncWorker:
     def handler(self, kind: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Register the decorated function as the handler of ``kind``."""
         return self.handlers.register(kind)
+
+    def schedule(
+        self,
+        kind: str,
+        *,
+        cron: str | None = None,
+        every: timedelta | None = None,
+        payload: Any = None,
+        name: str | None = None,
+        tz: str = "UTC",
+        queue: str = DEFAULT_QUEUE,
+        priority: int = 0,
+        overlap: bool = True,
+        backfill: int = 1,
+    ) -> Schedule:
+        """Enqueue a job of ``kind`` at each tick of ``cron`` or ``every``; call before `run`.
+
+            worker.schedule("nightly_report", cron="0 3 * * *", tz="Europe/Berlin")
+            worker.schedule("refresh_rates", every=timedelta(minutes=5), overlap=False)
+
+        ``cron`` is a five-field expression (or ``@daily`` and the like) read
+        in the time zone ``tz``; ``every`` a timedelta of a second or more,
+        its ticks the multiples of it since the Unix epoch in UTC. Each tick
+        enqueues exactly one job (``payload``, in ``queue`` with ``priority``,
+        due at the tick), however many workers run the schedule: the tick
+        and its job are written by one statement, and only the first
+        worker's writes anything. ``name`` (default: the kind) identifies the
+        schedule across workers and restarts; a new one starts now (earlier
+        ticks are not enqueued). After downtime, at most ``backfill`` missed
+        ticks are enqueued, the latest. With ``overlap=False``, a tick while
+        the schedule's previous job is still pending or running is skipped.
+        See docs/schedules.md.
+
+        Bad arguments raise `TypeError` or `ValueError` here, before anything is written.
+        """
+        checked = validate_schedule(kind, cron=cron, every=every, payload=payload, name=name,
+                                    tz=tz, queue=queue, priority=priority, overlap=overlap,
+                                    backfill=backfill)  # fmt: skip
+        if self._crew is not None:
+            raise RuntimeError(f"worker {self.name} is running: add schedules before run()")
+        if checked.name in self._schedules:
+            raise ValueError(
+                f"this worker has a schedule named {checked.name!r} already: "
+                "give the other one a name="
+            )
+        self._schedules[checked.name] = checked
+        return checked
 
     def add_event_listener(self, listener: L) -> L:
         """Call ``listener`` with every `JobEvent` of this worker; returns it (a decorator too):
@@ -178,7 +229,8 @@ class AsyncWorker:
         """Work until `stop` (or, with ``until_empty``, until no job is ready or running)."""
         if self._crew is not None:
             raise RuntimeError(f"worker {self.name} is already running")
-        crew = Crew(self.queue, self.settings, self.handlers, self._event_listeners)
+        crew = Crew(self.queue, self.settings, self.handlers, self._event_listeners,
+                    list(self._schedules.values()))  # fmt: skip
         self._token = anyio.lowlevel.current_token()
         self._loop_thread = threading.get_ident()
         self._crew = crew

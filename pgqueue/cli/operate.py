@@ -35,6 +35,7 @@ from .commands import (
     prepare_dead_retry,
     prepare_enqueue,
 )
+from .cron import add_cron_commands
 from .errors import OperationFailed, UsageError, one_line
 
 DEFAULT_TABLE = "pgqueue_jobs"
@@ -219,6 +220,8 @@ def add_operator_commands(commands: Any) -> None:
         metavar="DURATION",
         help="the lease (default 5m, the workers' default)",
     )
+
+    add_cron_commands(nested("cron", "list, pause, resume and trigger schedules"), leaf)
 
 
 def run_on_queue(

@@ -204,7 +204,8 @@ class QueueCore:
             return int(rows[0][0])
         params["unique_key"] = rule.key
         if rule.window is not None:
-            params.update(window=rule.window, table=self.table)
+            # The table's name as pg_get_serial_sequence reads it: quoted.
+            params.update(window=rule.window, table=self.schema.regclass)
             insert, holder = self.sql.window_insert, self.sql.window_holder
         else:
             insert = self.sql.unique_inserts[rule.scope, rule.on_duplicate == "replace"]
@@ -239,7 +240,7 @@ class QueueCore:
             plain = [s for s in checked if s.unique is None]
             ids: list[int] = []
             if plain:
-                rows = yield Query(self.sql.allocate_ids, (self.table, len(plain)))
+                rows = yield Query(self.sql.allocate_ids, (self.schema.regclass, len(plain)))
                 db_now, ids = rows[0]
                 ids.sort()
                 # run_at from the database's clock, so that a skewed client
@@ -258,12 +259,17 @@ class QueueCore:
                 kinds = sorted({s.kind for s in plain})
                 yield Query(self.sql.notify_kinds, (self.channel, kinds))
             plain_ids = iter(ids)
-            out = []
-            for spec in checked:
-                if spec.unique is None:
-                    out.append(next(plain_ids))
-                else:
-                    out.append((yield from self._enqueue_one(spec)))
+            out = [next(plain_ids) if s.unique is None else 0 for s in checked]
+            # Unique jobs in the order of their keys, whatever the batch's
+            # order: batches that share keys wait for each other's keys in
+            # one order, and so never deadlock. Equal keys keep their order.
+            keyed = sorted(
+                (s.unique.key, s.unique.stored_scope, n)
+                for n, s in enumerate(checked)
+                if s.unique is not None
+            )
+            for _, _, n in keyed:
+                out[n] = yield from self._enqueue_one(checked[n])
             return out
 
         return Operation(plan(), atomic=True)

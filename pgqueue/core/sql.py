@@ -516,14 +516,16 @@ RETURNING id""",
         # all but the newest of several dead ones with one key): reviving it
         # would break the key's rule. `retry` counts what it revived.
         revivable = """
-SELECT DISTINCT ON (coalesce(t.unique_key, t.id::text)) t.id FROM {table} AS t
+SELECT DISTINCT ON (t.unique_key, t.unique_scope, CASE WHEN t.unique_key IS NULL THEN t.id END)
+       t.id FROM {table} AS t
  WHERE t.status = 'dead' AND {which}
    AND NOT EXISTS (
        SELECT FROM {table} AS o
         WHERE o.unique_key = t.unique_key AND o.unique_scope = t.unique_scope AND o.id <> t.id
           AND ((o.unique_scope = 'queued' AND o.status = 'pending' AND o.attempts = 0)
                OR (o.unique_scope = 'active' AND o.status IN ('pending', 'running'))))
- ORDER BY coalesce(t.unique_key, t.id::text), t.id DESC"""
+ ORDER BY t.unique_key, t.unique_scope, CASE WHEN t.unique_key IS NULL THEN t.id END,
+          t.id DESC"""
         revive = """
 UPDATE {table}
    SET status = 'pending', attempts = 0, run_at = now(), locked_at = NULL, locked_by = NULL

@@ -99,29 +99,25 @@ async def test_racing_ticks_of_one_schedule_enqueue_exactly_one_job(
     # The test holds the schedule's row, so that every contender's statement
     # queues on its lock and must recheck the row once it is released.
     holder = psycopg.connect(dsn)
+
+    def waiting_on_the_row() -> int:
+        query = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+        return int(raw.one(query + " AND query LIKE %s", f"%{table}_schedules%"))
+
     try:
         holder.execute(
             sql.SQL("SELECT FROM {} WHERE name = %s FOR UPDATE").format(schedules.ident),
             [schedule.name],
         )
-        async with open_queue(backend, dsn, table=table) as other:
-            async with anyio.create_task_group() as tg:
-                for q in (queue, other) * 3:
+        async with open_queue(backend, dsn, table=table) as other, anyio.create_task_group() as tg:
+            for q in (queue, other) * 3:
 
-                    async def race(q: Any = q) -> None:
-                        outcomes.append(await q.tick_schedule(schedule, tick))
+                async def race(q: Any = q) -> None:
+                    outcomes.append(await q.tick_schedule(schedule, tick))
 
-                    tg.start_soon(race)
-                await wait_until(
-                    lambda: raw.one(
-                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                        " AND query LIKE %s",
-                        "%" + table + "_schedules%",
-                    )
-                    == 6,
-                    "every contender waits on the row",
-                )
-                holder.commit()
+                tg.start_soon(race)
+            await wait_until(lambda: waiting_on_the_row() == 6, "every contender waits")
+            holder.commit()
     finally:
         holder.close()
     assert sorted(o.won for o in outcomes) == [False] * 5 + [True]

@@ -161,7 +161,8 @@ def test_version_and_help_exit_zero(app: App) -> None:
     assert (version.returncode, version.stdout.strip()) == (0, f"pgqueue {pgqueue.__version__}")
     helped = run_command(app, "worker", "--help")
     assert helped.returncode == 0
-    for option in ("TARGET", "--dsn", "--concurrency", "--kinds", "--until-empty", "--trio"):
+    for option in ("TARGET", "--dsn", "--concurrency", "--kinds", "--queues", "--until-empty",
+                   "--trio"):  # fmt: skip
         assert option in helped.stdout
 
 
@@ -182,6 +183,7 @@ def test_version_and_help_exit_zero(app: App) -> None:
         (["worker", "tests.cli_app:worker", "--concurrency", "0"], "must be at least 1"),
         (["worker", "tests.cli_app:worker", "--concurrency", "x"], "not an integer"),
         (["worker", "tests.cli_app:worker", "--kinds", ","], "name at least one kind"),
+        (["worker", "tests.cli_app:worker", "--queues", ","], "name at least one queue"),
         (["worker", "tests.cli_app:worker", "--log-level", "loud"], "invalid choice"),
         (["worker", "tests.cli_app:worker", "--frobnicate"], "unrecognized arguments"),
         (["worker", "tests.cli_app:worker", "--metrics-port", "70000"], "not a port number"),
@@ -214,6 +216,21 @@ def test_until_empty_worker_drains_only_its_kinds_and_exits_zero(
     assert app.raw.count() == len(others)
     assert app.raw.count("kind = 'block' AND status = 'pending' AND attempts = 0") == 3
     assert "concurrency=3" in app.output()
+
+
+@pytest.mark.parametrize("flavour", list(FLAVOURS))
+def test_until_empty_worker_serves_only_the_queues_given(
+    app: App, queue: pgqueue.Queue, flavour: str
+) -> None:
+    mine = queue.enqueue_many([pgqueue.JobSpec("noop", i, queue=q) for i in range(4)
+                               for q in ("mail", "sms")])  # fmt: skip
+    others = queue.enqueue_many([("noop", i) for i in range(3)])
+    with app.worker(*FLAVOURS[flavour], "--queues", "mail,sms", "--until-empty") as proc:
+        assert app.exit_code(proc) == 0, app.output()
+    assert app.runs_of("finish") == Counter(mine)
+    assert app.raw.count() == len(others)
+    assert app.raw.count("queue = 'default' AND status = 'pending' AND attempts = 0") == 3
+    assert "queues=['mail', 'sms']" in app.output()
 
 
 @pytest.mark.parametrize("flavour", list(FLAVOURS))

@@ -159,7 +159,15 @@ def test_enqueue_writes_the_job_and_prints_its_id(run: Cli, queue: pgqueue.Queue
     as_json = run("enqueue", "ping", "--json")
     assert as_json.code == 0
     new = as_json.json()
-    assert new == {"id": new["id"], "kind": "ping", "table": queue.table}
+    assert new == {
+        "id": new["id"],
+        "kind": "ping",
+        "table": queue.table,
+        "queue": "default",
+        "priority": 0,
+        "duplicate": False,
+        "replaced": False,
+    }
     ping = queue.get(new["id"])
     assert ping is not None and (ping.kind, ping.payload) == ("ping", None)
 
@@ -227,6 +235,8 @@ def test_stats_prints_counts_oldest_wait_and_jobs_past_their_lease(
             "mail": {"pending": 1, "running": 1, "dead": 0},
             "sms": {"pending": 1, "running": 0, "dead": 1},
         },
+        "by_queue": {"default": {"pending": 2, "running": 1, "dead": 1}},
+        "by_priority": {"0": {"pending": 2, "running": 1, "dead": 1}},
         "expired": 0,  # locked 10 minutes ago: within a 15 minute lease
         "visibility_timeout_seconds": 900.0,
     }
@@ -253,7 +263,8 @@ def test_jobs_list_filters_by_status_and_kind_and_pages(run: Cli, queue: pgqueue
     everything = run("jobs", "list")
     assert everything.code == 0
     assert everything.lines[0].split() == [
-        "ID", "KIND", "STATUS", "ATTEMPTS", "RUN", "AT", "LOCKED", "BY", "LAST", "ERROR"
+        "ID", "KIND", "QUEUE", "PRIORITY", "STATUS", "ATTEMPTS", "RUN", "AT", "LOCKED", "BY",
+        "LAST", "ERROR"
     ]  # fmt: skip
     assert [int(line.split()[0]) for line in everything.lines[1:]] == [a1, b1, a2, c1, dead]
     running = next(line for line in everything.lines if line.split()[0] == str(b1))
@@ -309,7 +320,7 @@ def test_dead_list_shows_only_dead_jobs(run: Cli, queue: pgqueue.Queue) -> None:
     first, second = bury(queue, "x", "first failure"), bury(queue, "y", "second failure")
     ran = run("dead", "list")
     assert ran.code == 0
-    assert ran.lines[0].split()[:3] == ["ID", "KIND", "ATTEMPTS"]
+    assert ran.lines[0].split()[:4] == ["ID", "KIND", "QUEUE", "ATTEMPTS"]
     assert [line.split()[0] for line in ran.lines[1:]] == [str(first), str(second)]
     assert "first failure" in ran.lines[1] and "second failure" in ran.lines[2]
     assert [j["id"] for j in run("dead", "list", "--json", "--kind", "y").json()] == [second]
@@ -471,6 +482,24 @@ BAD_ARGUMENTS: list[tuple[list[str], str]] = [
         ["enqueue", "k", "--delay", "1m", "--run-at", "2031-01-01T00:00:00Z"],
         "not allowed with argument",
     ),
+    (["queues"], "the following arguments are required: ACTION"),
+    (["queues", "pause"], "the following arguments are required: NAME"),
+    (["queues", "resume", ""], "queue name must not be empty"),
+    (["jobs", "list", "--queue", ""], "queue name must not be empty"),
+    (["enqueue", "k", "--queue", ""], "queue name must not be empty"),
+    (["enqueue", "k", "--priority", "101"], "must be from -100 to 100"),
+    (["enqueue", "k", "--priority", "high"], "not an integer: 'high'"),
+    (["enqueue", "k", "--unique", "forever"], "invalid choice: 'forever'"),
+    (["enqueue", "k", "--on-duplicate", "ignore"], "invalid choice: 'ignore'"),
+    (["enqueue", "k", "--unique-key", ""], "unique_key must not be empty"),
+    (["enqueue", "k", "--unique-for", "1h"], "unique_for needs a unique_key"),
+    (["enqueue", "k", "--unique-key", "a", "--unique-for", "0"], "must be longer than 0"),
+    (["enqueue", "k", "--on-duplicate", "raise"], "--on-duplicate go with --unique-key"),
+    (["enqueue", "k", "--unique", "active"], "--unique and --on-duplicate go with --unique-key"),
+    (
+        ["enqueue", "k", "--unique-key", "a", "--unique", "active", "--unique-for", "1h"],
+        "not allowed with argument --unique",
+    ),
     (["stats", "--table", "jobs; DROP TABLE x"], "unsafe table name"),
     (["stats", "--dsn", "not a dsn"], "the DSN is not a connection string"),
     (["stats", "--frobnicate"], "unrecognized arguments: --frobnicate"),
@@ -514,6 +543,8 @@ def test_no_database_given_is_a_usage_error(
         ["dead", "purge", "--older-than", "1d"],
         ["history", "prune", "--older-than", "1d"],
         ["reap"],
+        ["queues", "list"],
+        ["queues", "pause", "mail"],
     ],
     ids=lambda a: " ".join(a),
 )
@@ -539,7 +570,8 @@ def test_a_table_that_was_never_migrated_exits_1_with_a_hint(
 def test_help_lists_every_subcommand_and_the_exit_codes(run: Cli) -> None:
     ran = run("--help")
     assert ran.code == 0
-    for command in ["migrate", "enqueue", "stats", "jobs", "dead", "history", "reap", "worker"]:
+    commands = ["migrate", "enqueue", "stats", "jobs", "dead", "queues", "history", "reap"]
+    for command in [*commands, "worker"]:
         assert f"    {command}" in ran.out
     assert "exit status:" in ran.out
     for code in ["0 ", "1 ", "2 "]:

@@ -356,13 +356,16 @@ class AsyncQueue:
         kinds: Iterable[str] | None = None,
         limit: int = 100,
         after_id: int | None = None,
+        queues: Iterable[str] | None = None,
     ) -> list[Job]:
-        """Up to ``limit`` jobs in id order, of one ``status`` and of ``kinds`` if given.
+        """Up to ``limit`` jobs in id order, of one ``status``, of ``kinds`` and
+        of ``queues`` if given.
 
         ``after_id`` pages: pass the last id of one page to get the next.
         Reads only; a succeeded job has no row and is never listed.
         """
-        op = self.core.jobs(status=status, kinds=kinds, limit=limit, after_id=after_id)
+        op = self.core.jobs(status=status, kinds=kinds, limit=limit, after_id=after_id,
+                            queues=queues)  # fmt: skip
         return await self._driver.run(op)
 
     async def retry_dead(self, *, kinds: Iterable[str] | None = None) -> int:

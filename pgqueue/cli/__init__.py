@@ -9,6 +9,8 @@
     pgqueue dead retry 17 18                            # or: --all [--kind K]
     pgqueue dead purge --older-than 30d
     pgqueue history prune --older-than 90d
+    pgqueue queues list                                 # paused or not, jobs by status
+    pgqueue queues pause mail                           # or: resume mail
     pgqueue reap --visibility-timeout 10m
     pgqueue worker myapp.jobs:worker                    # until SIGINT or SIGTERM
     pgqueue worker myapp.jobs:async_worker --trio       # an AsyncWorker on trio
@@ -23,8 +25,8 @@ aligned text), after the subcommand. A DURATION is ``90`` (seconds), ``90s``,
 ``worker TARGET`` names a `pgqueue.Worker` or `pgqueue.AsyncWorker` as
 ``module:attribute`` (the attribute may be dotted); the current directory is
 put on ``sys.path`` first, so a module of the project the command runs in can
-be named. Its ``--dsn`` (default ``$PGQUEUE_DSN``), ``--concurrency`` and
-``--kinds`` override the worker's own settings: the command then runs a copy
+be named. Its ``--dsn`` (default ``$PGQUEUE_DSN``), ``--concurrency``,
+``--kinds`` and ``--queues`` override the worker's own settings: the command then runs a copy
 of the worker, with the same handlers and other settings, on a queue of the
 same table.
 
@@ -37,7 +39,8 @@ Exit status:
   cannot be reached or refused a statement, its schema is newer than this
   pgqueue (`pgqueue.SchemaTooNew`) or the table is not a queue's, ``jobs
   show`` found no such job, ``dead retry ID...`` named a job that is not dead
-  (the dead ones named are still retried), or the worker failed.
+  (the dead ones named are still retried), ``enqueue --on-duplicate raise``
+  found its unique key taken, or the worker failed.
 * 2: bad arguments (no DSN, a malformed DURATION, PAYLOAD or date, a target
   that cannot be loaded...): a usage message on stderr, nothing written.
 * 130: interrupted by SIGINT before a clean stop.
@@ -57,7 +60,7 @@ from psycopg_pool import PoolTimeout
 from .. import __version__
 from .. import bench as pgqueue_bench
 from ..core.migrations import SchemaError
-from .argtypes import kind_list, parse_duration, port, positive_int
+from .argtypes import kind_list, parse_duration, port, positive_int, queue_list
 from .errors import OperationFailed, UsageError, one_line
 from .operate import add_operator_commands
 from .worker import LOG_LEVELS, run_worker
@@ -69,7 +72,8 @@ exit status:
   0    done (also when there was nothing to do)
   1    operational failure: cannot connect, database error, schema newer than
        this pgqueue, `jobs show` found no such job, `dead retry ID` named a
-       job that is not dead, or the worker failed
+       job that is not dead, `enqueue --on-duplicate raise` found its unique
+       key taken, or the worker failed
   2    bad arguments: usage message on stderr, nothing written
   130  interrupted
 
@@ -162,6 +166,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=kind_list,
         metavar="KIND[,KIND...]",
         help="handle only these kinds of job (comma-separated)",
+    )
+    worker.add_argument(
+        "--queues",
+        type=queue_list,
+        metavar="QUEUE[,QUEUE...]",
+        help="serve only these queues (comma-separated; default: the worker's own, else all)",
     )
     worker.add_argument(
         "--until-empty",

@@ -6,7 +6,13 @@ import argparse
 import re
 from datetime import datetime, timedelta
 
-from ..core.jobs import validate_kind, validate_table_name
+from ..core.jobs import (
+    MAX_PRIORITY,
+    MIN_PRIORITY,
+    validate_kind,
+    validate_queue,
+    validate_table_name,
+)
 
 
 def positive_int(text: str) -> int:
@@ -34,6 +40,35 @@ def kind_list(text: str) -> list[str]:
     if not kinds:
         raise argparse.ArgumentTypeError("name at least one kind")
     return kinds
+
+
+def queue_name(text: str) -> str:
+    """An argparse type: a queue's name, checked as `enqueue` checks it."""
+    try:
+        return validate_queue(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def queue_list(text: str) -> list[str]:
+    """An argparse type: comma-separated queue names."""
+    names = [queue_name(q.strip()) for q in text.split(",") if q.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("name at least one queue")
+    return names
+
+
+def priority(text: str) -> int:
+    """An argparse type: a job's priority, an integer from -100 to 100."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if not MIN_PRIORITY <= value <= MAX_PRIORITY:
+        raise argparse.ArgumentTypeError(
+            f"must be from {MIN_PRIORITY} to {MAX_PRIORITY} (larger runs first), got {value}"
+        )
+    return value
 
 
 _DURATION = re.compile(r"(?:([0-9]+)d)?(?:([0-9]+)h)?(?:([0-9]+)m)?(?:([0-9]+)s)?")

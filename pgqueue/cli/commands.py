@@ -6,10 +6,11 @@ import argparse
 import json
 import sys
 
-from ..core.jobs import JobStatus, validate_spec
+from ..core.jobs import DEFAULT_QUEUE, DuplicateJob, JobStatus, validate_spec
 from ..sync.queue import Queue
 from .errors import OperationFailed, UsageError
 from .output import (
+    counts_text,
     emit,
     format_duration,
     format_time,
@@ -17,6 +18,9 @@ from .output import (
     job_json,
     jobs_text,
     plural,
+    queue_json,
+    queues_json,
+    queues_text,
     stats_json,
     stats_text,
 )
@@ -42,6 +46,10 @@ def prepare_enqueue(args: argparse.Namespace) -> None:
         args.payload = None if text is None else json.loads(text)
     except ValueError as exc:
         raise UsageError(f"PAYLOAD_JSON is not valid JSON: {exc}") from None
+    if args.unique_key is None and (args.unique or args.on_duplicate):
+        raise UsageError("--unique and --on-duplicate go with --unique-key")
+    args.unique = args.unique or "queued"
+    args.on_duplicate = args.on_duplicate or "return"
     try:
         validate_spec(
             args.kind,
@@ -49,29 +57,77 @@ def prepare_enqueue(args: argparse.Namespace) -> None:
             run_at=args.run_at,
             delay=args.delay,
             max_attempts=args.max_attempts,
+            queue=args.queue,
+            priority=args.priority,
+            unique_key=args.unique_key,
+            unique=args.unique,
+            unique_for=args.unique_for,
+            on_duplicate=args.on_duplicate,
         )
     except (TypeError, ValueError) as exc:
         raise UsageError(str(exc)) from None
 
 
 def cmd_enqueue(queue: Queue, args: argparse.Namespace) -> int:
-    """``pgqueue enqueue KIND [PAYLOAD_JSON]``."""
-    new_id = queue.enqueue(
-        args.kind,
-        args.payload,
-        run_at=args.run_at,
-        delay=args.delay,
-        max_attempts=args.max_attempts,
-    )
+    """``pgqueue enqueue KIND [PAYLOAD_JSON]``: exit 1 for a duplicate with
+    ``--on-duplicate raise``."""
+
+    def enqueue(on_duplicate: str) -> int:
+        return queue.enqueue(
+            args.kind,
+            args.payload,
+            run_at=args.run_at,
+            delay=args.delay,
+            max_attempts=args.max_attempts,
+            queue=args.queue,
+            priority=args.priority,
+            unique_key=args.unique_key,
+            unique=args.unique,
+            unique_for=args.unique_for,
+            on_duplicate=on_duplicate,
+        )
+
+    def done(job_id: int, text: str, *, duplicate: bool = False, replaced: bool = False) -> int:
+        data = {
+            "id": job_id,
+            "kind": args.kind,
+            "table": queue.table,
+            "queue": args.queue,
+            "priority": args.priority,
+            "duplicate": duplicate,
+            "replaced": replaced,
+        }
+        emit(args, data, text)
+        return 0
+
+    key = args.unique_key
+    # "return" and "raise" write the same (nothing, for a duplicate): asking
+    # with "raise" tells the command which happened, so that it can say so.
+    try:
+        new_id = enqueue("raise")
+    except DuplicateJob as exc:
+        held = exc.existing_id
+        if args.on_duplicate == "raise":
+            raise OperationFailed(f"{exc}; nothing enqueued") from None
+        if args.on_duplicate == "return":
+            text = f"job {held} holds unique key {key!r} already: nothing enqueued"
+            return done(held, text, duplicate=True)
+        # Replace the holder's payload and run_at; if it started meanwhile,
+        # the key is free again and this is a new job.
+        new_id = enqueue("replace")
+        if new_id == held:
+            text = f"job {held} holds unique key {key!r}: its payload and run_at replaced"
+            return done(held, text, duplicate=True, replaced=True)
     if args.run_at is not None:
         due = f", due at {format_time(args.run_at)}"
     elif args.delay:
         due = f", due in {format_duration(args.delay)}"
     else:
         due = ""
-    data = {"id": new_id, "kind": args.kind, "table": queue.table}
-    emit(args, data, f"enqueued job {new_id} ({args.kind}){due}")
-    return 0
+    where = "" if args.queue == DEFAULT_QUEUE else f" in queue {args.queue}"
+    if args.priority:
+        where += f" at priority {args.priority}"
+    return done(new_id, f"enqueued job {new_id} ({args.kind}){where}{due}")
 
 
 def cmd_stats(queue: Queue, args: argparse.Namespace) -> int:
@@ -84,7 +140,8 @@ def cmd_stats(queue: Queue, args: argparse.Namespace) -> int:
 
 def cmd_jobs_list(queue: Queue, args: argparse.Namespace) -> int:
     """``pgqueue jobs list``."""
-    jobs = queue.jobs(status=args.status, kinds=args.kinds, limit=args.limit, after_id=args.after)
+    jobs = queue.jobs(status=args.status, kinds=args.kinds, limit=args.limit, after_id=args.after,
+                      queues=args.queues)  # fmt: skip
     emit(args, [job_json(j) for j in jobs], jobs_text(jobs))
     return 0
 
@@ -99,6 +156,9 @@ def cmd_jobs_show(queue: Queue, args: argparse.Namespace) -> int:
     fields: list[tuple[str, object]] = [
         ("id", job.id),
         ("kind", job.kind),
+        ("queue", job.queue),
+        ("priority", job.priority),
+        ("unique key", "-" if job.unique_key is None else job.unique_key),
         ("status", job.status.value),
         ("attempts", f"{job.attempts} of {job.max_attempts}"),
         ("run at", format_time(job.run_at)),
@@ -117,7 +177,8 @@ def cmd_jobs_show(queue: Queue, args: argparse.Namespace) -> int:
 
 def cmd_dead_list(queue: Queue, args: argparse.Namespace) -> int:
     """``pgqueue dead list``."""
-    jobs = queue.jobs(status="dead", kinds=args.kinds, limit=args.limit, after_id=args.after)
+    jobs = queue.jobs(status="dead", kinds=args.kinds, limit=args.limit, after_id=args.after,
+                      queues=args.queues)  # fmt: skip
     emit(args, [job_json(j) for j in jobs], jobs_text(jobs, dead=True))
     return 0
 
@@ -174,6 +235,34 @@ def cmd_history_prune(queue: Queue, args: argparse.Namespace) -> int:
     count = queue.prune_history(args.older_than)
     age = format_duration(args.older_than)
     emit(args, {"pruned": count}, f"pruned {count} history row{plural(count)} older than {age}")
+    return 0
+
+
+def cmd_queues_list(queue: Queue, args: argparse.Namespace) -> int:
+    """``pgqueue queues list``."""
+    states = queue.queues()
+    emit(args, queues_json(states), queues_text(states))
+    return 0
+
+
+def cmd_queues_pause(queue: Queue, args: argparse.Namespace) -> int:
+    """``pgqueue queues pause NAME``."""
+    queue.pause_queue(args.name)
+    return report_queue(queue, args, "paused", ": no worker claims its jobs until it is resumed")
+
+
+def cmd_queues_resume(queue: Queue, args: argparse.Namespace) -> int:
+    """``pgqueue queues resume NAME``."""
+    queue.resume_queue(args.name)
+    return report_queue(queue, args, "resumed")
+
+
+def report_queue(queue: Queue, args: argparse.Namespace, what: str, then: str = "") -> int:
+    """Print the queue just paused or resumed, with its jobs: a queue with
+    none may be a typo, and the counts show it."""
+    [state] = [s for s in queue.queues() if s.name == args.name]
+    text = f"queue {state.name} {what} ({counts_text(state.counts)}){then}"
+    emit(args, queue_json(state), text)
     return 0
 
 

@@ -10,7 +10,13 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from ..core.jobs import DEFAULT_VISIBILITY_TIMEOUT, JobStatus
+from ..core.jobs import (
+    DEFAULT_QUEUE,
+    DEFAULT_VISIBILITY_TIMEOUT,
+    ON_DUPLICATE,
+    UNIQUE_SCOPES,
+    JobStatus,
+)
 from ..sync.queue import Queue
 from .argtypes import (
     job_id,
@@ -18,6 +24,8 @@ from .argtypes import (
     parse_duration,
     positive_duration,
     positive_int,
+    priority,
+    queue_name,
     run_at_time,
     table_name,
 )
@@ -30,6 +38,9 @@ from .commands import (
     cmd_jobs_list,
     cmd_jobs_show,
     cmd_migrate,
+    cmd_queues_list,
+    cmd_queues_pause,
+    cmd_queues_resume,
     cmd_reap,
     cmd_stats,
     prepare_dead_retry,
@@ -85,6 +96,16 @@ def add_operator_commands(commands: Any) -> None:
             help=f"only {what} of this kind (repeat for several)",
         )
 
+    def queues_option(p: argparse.ArgumentParser, what: str) -> None:
+        p.add_argument(
+            "--queue",
+            dest="queues",
+            action="append",
+            type=queue_name,
+            metavar="QUEUE",
+            help=f"only {what} in this queue (repeat for several)",
+        )
+
     def limit_option(p: argparse.ArgumentParser) -> None:
         p.add_argument(
             "--limit", type=positive_int, default=100, metavar="N", help="at most N (default 100)"
@@ -124,12 +145,52 @@ def add_operator_commands(commands: Any) -> None:
     enqueue.add_argument(
         "--max-attempts", type=positive_int, default=3, metavar="N", help="attempts (default 3)"
     )
+    enqueue.add_argument(
+        "--queue",
+        type=queue_name,
+        default=DEFAULT_QUEUE,
+        metavar="QUEUE",
+        help=f"the queue it waits in (default {DEFAULT_QUEUE})",
+    )
+    enqueue.add_argument(
+        "--priority",
+        type=priority,
+        default=0,
+        metavar="N",
+        help="-100 to 100, larger runs first (default 0)",
+    )
+    unique = enqueue.add_argument_group("unique jobs")
+    unique.add_argument(
+        "--unique-key", metavar="KEY", help="at most one job with this key (see --unique)"
+    )
+    scope = unique.add_mutually_exclusive_group()
+    scope.add_argument(
+        "--unique",
+        choices=UNIQUE_SCOPES,
+        help="with --unique-key: queued, one not yet started (the default); active, one "
+        "pending or running",
+    )
+    scope.add_argument(
+        "--unique-for",
+        type=positive_duration,
+        metavar="DURATION",
+        help="with --unique-key: one per key for this long after it was enqueued, even once "
+        "it is done",
+    )
+    unique.add_argument(
+        "--on-duplicate",
+        choices=ON_DUPLICATE,
+        help="with --unique-key, when the key is taken: print the job that holds it (return, "
+        "the default), exit 1 (raise), or give that job this payload and run-at if it has "
+        "not started (replace)",
+    )
 
     stats = leaf(
         commands,
         "stats",
         cmd_stats,
-        "counts by status and kind, the oldest wait, and running jobs past their lease",
+        "counts by status, kind, queue and priority, the oldest wait, and running jobs past "
+        "their lease",
     )
     stats.add_argument(
         "--visibility-timeout",
@@ -145,6 +206,7 @@ def add_operator_commands(commands: Any) -> None:
         "--status", choices=[s.value for s in JobStatus], help="only jobs in this status"
     )
     kinds_option(jobs_list, "jobs")
+    queues_option(jobs_list, "jobs")
     limit_option(jobs_list)
     show = leaf(jobs, "show", cmd_jobs_show, "show one job, with its payload and last error")
     show.add_argument("id", type=job_id, metavar="ID")
@@ -152,6 +214,7 @@ def add_operator_commands(commands: Any) -> None:
     dead = nested("dead", "list, retry and purge dead jobs")
     dead_list = leaf(dead, "list", cmd_dead_list, "list dead jobs in id order")
     kinds_option(dead_list, "dead jobs")
+    queues_option(dead_list, "dead jobs")
     limit_option(dead_list)
     retry = leaf(
         dead,
@@ -188,6 +251,34 @@ def add_operator_commands(commands: Any) -> None:
         help="copy each purged job into <table>_history in the same statement, as a queue "
         "made with history=True does",
     )
+
+    queues = nested("queues", "list, pause and resume the queues jobs wait in")
+    leaf(
+        queues,
+        "list",
+        cmd_queues_list,
+        "list queues: paused or not, and their jobs by status",
+        "List every queue that has jobs or was ever paused, with its jobs by status.",
+    )
+    pause = leaf(
+        queues,
+        "pause",
+        cmd_queues_pause,
+        "pause a queue: workers claim none of its jobs until it is resumed",
+        "Pause a queue: no worker claims its jobs until `pgqueue queues resume`. Jobs can "
+        "still be enqueued to it, and its running jobs finish. The pause holds for every "
+        "worker and across restarts; a queue with no jobs yet can be paused too. Prints the "
+        "queue's jobs by status.",
+    )
+    resume = leaf(
+        queues,
+        "resume",
+        cmd_queues_resume,
+        "resume a paused queue",
+        "Resume a paused queue, and wake idle workers. Prints the queue's jobs by status.",
+    )
+    for p in (pause, resume):
+        p.add_argument("name", type=queue_name, metavar="NAME", help="the queue's name")
 
     history = nested("history", "the audit trail of finished jobs (<table>_history)")
     prune = leaf(

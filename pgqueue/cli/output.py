@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from ..core.jobs import Job, JobStatus, Stats
+from ..core.ops import QueueState
 
 
 def emit(args: argparse.Namespace, data: Any, text: str) -> None:
@@ -80,6 +81,9 @@ def job_json(job: Job) -> dict[str, Any]:
         "locked_at": iso(job.locked_at),
         "last_error": job.last_error,
         "created_at": iso(job.created_at),
+        "queue": job.queue,
+        "priority": job.priority,
+        "unique_key": job.unique_key,
         "payload": job.payload,
     }
 
@@ -93,15 +97,16 @@ def jobs_text(jobs: list[Job], *, dead: bool = False) -> str:
         attempts = f"{j.attempts}/{j.max_attempts}"
         error = first_line(j.last_error)
         if dead:
-            rows.append([j.id, j.kind, attempts, format_time(j.run_at), error])
+            rows.append([j.id, j.kind, j.queue, attempts, format_time(j.run_at), error])
         else:
-            rows.append([j.id, j.kind, j.status.value, attempts, format_time(j.run_at),
-                         j.locked_by or "-", error])  # fmt: skip
+            rows.append([j.id, j.kind, j.queue, j.priority, j.status.value, attempts,
+                         format_time(j.run_at), j.locked_by or "-", error])  # fmt: skip
     if dead:
-        headers = ["ID", "KIND", "ATTEMPTS", "LAST RUN DUE", "LAST ERROR"]
-    else:
-        headers = ["ID", "KIND", "STATUS", "ATTEMPTS", "RUN AT", "LOCKED BY", "LAST ERROR"]
-    return table_text(headers, rows)
+        headers = ["ID", "KIND", "QUEUE", "ATTEMPTS", "LAST RUN DUE", "LAST ERROR"]
+        return table_text(headers, rows)
+    headers = ["ID", "KIND", "QUEUE", "PRIORITY", "STATUS", "ATTEMPTS", "RUN AT", "LOCKED BY",
+               "LAST ERROR"]  # fmt: skip
+    return table_text(headers, rows, right=(0, 3))
 
 
 def stats_json(table: str, stats: Stats, lease: timedelta) -> dict[str, Any]:
@@ -112,6 +117,11 @@ def stats_json(table: str, stats: Stats, lease: timedelta) -> dict[str, Any]:
         "total": stats.total,
         "by_status": {s.value: n for s, n in stats.by_status.items()},
         "by_kind": {k: {s.value: n for s, n in c.items()} for k, c in stats.by_kind.items()},
+        "by_queue": {q: {s.value: n for s, n in c.items()} for q, c in stats.by_queue.items()},
+        # JSON keys are text: "10", "-5"; highest priority first.
+        "by_priority": {
+            str(p): {s.value: n for s, n in c.items()} for p, c in stats.by_priority.items()
+        },
         "oldest_pending_age_seconds": None if age is None else age.total_seconds(),
         "expired": stats.expired,
         "visibility_timeout_seconds": lease.total_seconds(),
@@ -127,12 +137,19 @@ def stats_text(table: str, stats: Stats, lease: timedelta) -> str:
         "",
         table_text(["STATUS", "JOBS"], [*by_status, ["total", stats.total]], right=[1]),
     ]
-    if stats.by_kind:
-        kinds: list[list[object]] = [
-            [kind, *(counts.get(s, 0) for s in statuses)] for kind, counts in stats.by_kind.items()
-        ]
-        headers = ["KIND", *(s.value.upper() for s in statuses)]
-        parts += ["", table_text(headers, kinds, right=range(1, len(headers)))]
+    breakdowns: tuple[tuple[str, Mapping[Any, Mapping[JobStatus, int]]], ...] = (
+        ("KIND", stats.by_kind),
+        ("QUEUE", stats.by_queue),
+        ("PRIORITY", stats.by_priority),
+    )
+    for title, breakdown in breakdowns:
+        if not breakdown:
+            continue
+        headers = [title, *(s.value.upper() for s in statuses)]
+        rows = [[key, *(counts.get(s, 0) for s in statuses)] for key, counts in breakdown.items()]
+        # Numbers to the right; a priority is a number too.
+        right = range(0 if title == "PRIORITY" else 1, len(headers))
+        parts += ["", table_text(headers, rows, right=right)]
     age = stats.oldest_pending_age
     parts += [
         "",
@@ -140,6 +157,40 @@ def stats_text(table: str, stats: Stats, lease: timedelta) -> str:
         f"running past their lease ({format_duration(lease)}): {stats.expired}",
     ]
     return "\n".join(parts)
+
+
+def queues_json(states: Sequence[QueueState]) -> list[dict[str, Any]]:
+    """Queues as ``pgqueue queues list --json`` prints them."""
+    return [queue_json(q) for q in states]
+
+
+def queue_json(state: QueueState) -> dict[str, Any]:
+    """One queue: its name, whether it is paused, its jobs by status."""
+    return {
+        "name": state.name,
+        "paused": state.paused,
+        "by_status": {s.value: state.counts.get(s, 0) for s in JobStatus},
+    }
+
+
+def queues_text(states: Sequence[QueueState]) -> str:
+    """Queues as an aligned table, for people."""
+    if not states:
+        return "no queues (no jobs, and no queue ever paused)"
+    statuses = list(JobStatus)
+    rows: list[list[object]] = [
+        [q.name, "yes" if q.paused else "no", *(q.counts.get(s, 0) for s in statuses)]
+        for q in states
+    ]
+    headers = ["QUEUE", "PAUSED", *(s.value.upper() for s in statuses)]
+    return table_text(headers, rows, right=range(2, len(headers)))
+
+
+def counts_text(counts: Mapping[JobStatus, int]) -> str:
+    """``2 pending, 1 running, 0 dead``, or ``no jobs``."""
+    if not any(counts.values()):
+        return "no jobs"
+    return ", ".join(f"{counts.get(s, 0)} {s.value}" for s in JobStatus)
 
 
 def indent(text: str) -> str:

@@ -43,7 +43,7 @@ def run_worker(args: argparse.Namespace) -> int:
         raise UsageError("--trio needs trio installed: pip install trio")
     try:
         worker = with_overrides(target, dsn=args.dsn, concurrency=args.concurrency,
-                                kinds=args.kinds)  # fmt: skip
+                                kinds=args.kinds, queues=args.queues)  # fmt: skip
     except (TypeError, ValueError) as exc:
         raise UsageError(f"cannot apply the options to {args.target}: {exc}") from exc
 
@@ -173,11 +173,12 @@ def with_overrides(
     dsn: str | None,
     concurrency: int | None,
     kinds: list[str] | None,
+    queues: list[str] | None = None,
 ) -> Worker | AsyncWorker:
     """The target itself, or a copy of it with these settings and server."""
     queue = target.queue
     new_dsn = dsn is not None and dsn != _conninfo(queue)
-    if not new_dsn and concurrency is None and kinds is None:
+    if not new_dsn and concurrency is None and kinds is None and queues is None:
         if isinstance(target, AsyncWorker):
             target.handle_signals = True
         return target
@@ -188,6 +189,8 @@ def with_overrides(
         settings["concurrency"] = concurrency
     if kinds is not None:
         settings["kinds"] = kinds
+    if queues is not None:
+        settings["queues"] = queues
     handlers: dict[str, Callable[..., Any]] = {}
     for kind in target.handlers.kinds():
         fn = target.handlers.get(kind)

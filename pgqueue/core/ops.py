@@ -590,11 +590,13 @@ class QueueCore:
         kinds: Iterable[str] | None = None,
         limit: int = 100,
         after_id: int | None = None,
+        queues: Iterable[str] | None = None,
     ) -> Operation[list[Job]]:
         """A page of jobs in id order; `after_id` continues after the last one seen."""
         params = {
             "status": None if status is None else validate_status(status).value,
             "kinds": validate_kinds(kinds),
+            "queues": validate_queues(queues),
             "limit": validate_limit(limit),
             "after_id": None if after_id is None else validate_job_id(after_id, "after_id"),
         }

@@ -596,12 +596,13 @@ SELECT count(*) FROM gone""",
 
         # -- for operators (``pgqueue jobs``, ``pgqueue dead``) -------------
 
-        # A page of jobs in id order, filtered by status and kinds (NULL: any).
+        # A page of jobs in id order, filtered by status, kinds and queues (NULL: any).
         self.jobs = _render(
             """
 SELECT {cols} FROM {table}
  WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
    AND (%(kinds)s::text[] IS NULL OR kind = ANY(%(kinds)s::text[]))
+   AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
    AND (%(after_id)s::bigint IS NULL OR id > %(after_id)s::bigint)
  ORDER BY id
  LIMIT %(limit)s""",

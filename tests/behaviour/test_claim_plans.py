@@ -4,11 +4,13 @@ Each shape puts 200,000 pending jobs "ahead" of 50 ready target jobs, where
 a claim that filtered or sorted its way to the targets would read them:
 another queue's jobs due earlier, higher-priority jobs in a paused queue,
 lower priorities, high-priority jobs due tomorrow, another kind in the same
-queue and priority. The claim (`Statements.claims`) and the worker's turn
-(`Statements.cycles`) run under ``EXPLAIN (ANALYZE, BUFFERS)`` in a
-transaction that is rolled back, with the parameters `QueueCore` gives
-them; the buffers they touch are compared with the same statement on a
-table that holds the 50 targets alone.
+queue and priority; and later jobs of the targets' own queue and priority,
+which a claim that sorted the ready jobs would read. The claim
+(`QueueCore.claim`) and the worker's turn (`QueueCore.cycle`) run under
+``EXPLAIN (ANALYZE, BUFFERS)`` in a transaction that is rolled back, with
+the parameters `QueueCore` gives them; the buffers they touch are
+compared with the same statement on a table that holds the 50 targets
+alone.
 
 Buffer counts, not times: they do not depend on the machine's load. They
 are those of the plan's root node, which counts what its children and
@@ -20,12 +22,13 @@ baseline. The plan is the server's, not the driver's, so this module runs
 once, on whichever backend the suite runs.
 
 ``python -m tests.behaviour.test_claim_plans`` prints the counts (on
-``$PGQUEUE_DSN``, else an embedded server)
-(docs/queues.md shows them).
+``$PGQUEUE_DSN``, else an embedded server), and those of shapes that show
+what the claim's cost does grow with: docs/queues.md shows them.
 """
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -45,9 +48,9 @@ AHEAD = 200_000
 TARGETS = 50
 BATCH = 20
 # The baseline reads about 150 buffers (claim or cycle, PostgreSQL 15 and
-# 18); each shape below reads under 300 (about 1.8 times the baseline). A
-# claim that read the rows ahead would read thousands: the kinds claim
-# without the kinds index reads over 4,000.
+# 18); each shape below about 180-230 on 18 and 250-310 on 15 (at most
+# 2.1 times the baseline). A claim that read the rows ahead would read
+# thousands: the kinds claim without the kinds index reads over 4,000.
 MAX_BUFFERS = 400
 MAX_RATIO = 3.0
 
@@ -162,6 +165,7 @@ class Tables:
     def drop(self) -> None:
         for built in self.built.values():
             run_on(self.conn, built.core.uninstall())
+        self.built.clear()
 
 
 def kinds_index(table: str) -> sql.Composed:
@@ -242,8 +246,48 @@ def test_a_kinds_claim_without_the_kinds_index_reads_past_the_other_kinds(
     assert read > 10 * fast, (read, fast)
 
 
+# What the claim's cost does grow with: the (queue, priority) levels it
+# walks, and the levels it reads and locks a batch from. Printed by main()
+# for docs/queues.md, not tested: a measure, not a promise.
+def _spread(queues: int, priorities: int, run_at: str) -> str:
+    return (
+        "INSERT INTO {table} (kind, queue, priority, run_at)"
+        f" SELECT 'other', 'q' || (g %% {queues}), (g %% {priorities}) + 1, {run_at}"
+        " FROM generate_series(1, %s) AS g"
+    )
+
+
+LEVELS = [
+    Shape("10 queues of 20,000 due tomorrow", _spread(10, 1, TOMORROW)),
+    Shape("100 queues of 2,000 due tomorrow", _spread(100, 1, TOMORROW)),
+    Shape("1,000 queues of 200 due tomorrow", _spread(1000, 1, TOMORROW)),
+    Shape(
+        "1,000 queues of 200 due tomorrow, 'target' served",
+        _spread(1000, 1, TOMORROW),
+        claim={"queues": ["target"]},
+    ),
+    Shape("10 priorities of 20,000 due tomorrow", _spread(1, 10, TOMORROW)),
+    Shape("100 priorities of 2,000 due tomorrow", _spread(1, 100, TOMORROW)),
+    Shape("10 queues of 20,000 ready", _spread(10, 1, EARLIER)),
+    Shape("100 queues of 2,000 ready", _spread(100, 1, EARLIER)),
+    Shape("1,000 queues of 200 ready", _spread(1000, 1, EARLIER)),
+]
+
+
+def claim_ms(conn: psycopg.Connection[Any], core: QueueCore, shape: Shape) -> float:
+    """The median of five claims' round trips (rolled back), in milliseconds."""
+    times = []
+    for _ in range(5):
+        with conn.transaction(force_rollback=True):
+            start = time.perf_counter()
+            run_on(conn, operation(core, "claim", shape.claim))
+            times.append((time.perf_counter() - start) * 1000)
+    return sorted(times)[2]
+
+
 def main() -> None:
-    """Print each shape's buffers, claim and cycle ($PGQUEUE_DSN, else an embedded server)."""
+    """Print each shape's buffers, claim and cycle, and a claim's time
+    ($PGQUEUE_DSN, else an embedded server)."""
     import os
 
     from pgqueue.embedded import dsn_or_embedded
@@ -258,11 +302,16 @@ def main() -> None:
             print(
                 f"PostgreSQL {version[0] if version else '?'}; batch {BATCH}, {AHEAD:,} rows ahead"
             )
-            print(f"{'shape':<52}{'claim':>7}{'cycle':>7}")
-            for shape in [BASELINE, *SHAPES, WITHOUT_KINDS_INDEX]:
+            print(f"{'shape':<52}{'claim':>7}{'cycle':>7}{'ms':>7}")
+            for shape in [BASELINE, *SHAPES, WITHOUT_KINDS_INDEX, *LEVELS]:
                 core = tables[shape].core
-                counts = [buffers(conn, core, s, shape) for s in STATEMENTS]
-                print(f"{shape.name:<52}" + "".join(f"{n:>7}" for n in counts))
+                counts = []
+                for statement in STATEMENTS:  # as the tests measure: after one rolled back
+                    claimed_ids(conn, core, statement, shape)
+                    counts.append(buffers(conn, core, statement, shape))
+                ms = claim_ms(conn, core, shape)
+                print(f"{shape.name:<52}" + "".join(f"{n:>7}" for n in counts) + f"{ms:>7.1f}")
+                tables.drop()  # one big table at a time
         finally:
             tables.drop()
 

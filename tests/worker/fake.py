@@ -23,6 +23,7 @@ import psycopg.errors
 from pgqueue import Job, JobStatus
 from pgqueue.core.jobs import LEASE_EXPIRED
 from pgqueue.core.ops import Cycle, Failure, QueueCore
+from pgqueue.core.schedules import Schedule, Tick
 
 
 class FakeQueue:
@@ -39,6 +40,7 @@ class FakeQueue:
         self.entered: dict[str, anyio.Event] = {}  # call name -> set when one starts
         self.refuse_listen = True
         self.claim_limit: int | None = None  # claims of more jobs are cancelled (statement_timeout)
+        self.last_ticks: dict[str, datetime] = {}  # schedule name -> its last tick (the row)
         self._next_id = 1
 
     # -- arranging ----------------------------------------------------------------
@@ -128,6 +130,27 @@ class FakeQueue:
         if self.refuse_listen:
             raise psycopg.OperationalError("too many connections for role")
         raise AssertionError("the fake has no server to LISTEN on")
+
+    async def register_schedules(self, schedules: Sequence[Schedule]) -> None:
+        await self._enter("register_schedules")
+        for s in schedules:
+            self.last_ticks.setdefault(s.name, datetime.now(UTC))
+
+    async def schedule_clock(
+        self, names: Sequence[str]
+    ) -> tuple[datetime, dict[str, datetime | None]]:
+        await self._enter("schedule_clock")
+        found = {n: self.last_ticks[n] for n in names if n in self.last_ticks}
+        return datetime.now(UTC), found  # type: ignore[return-value]
+
+    async def tick_schedule(self, schedule: Schedule, tick: datetime) -> Tick:
+        await self._enter("tick_schedule")
+        now = datetime.now(UTC)
+        if not self.last_ticks[schedule.name] < tick:
+            return Tick(False, None, False, now)
+        self.last_ticks[schedule.name] = tick
+        [job_id] = self.add(schedule.kind)
+        return Tick(True, job_id, False, now)
 
     # -- what the statements do -----------------------------------------------------
 

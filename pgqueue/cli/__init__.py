@@ -11,6 +11,8 @@
     pgqueue history prune --older-than 90d
     pgqueue queues list                                 # paused or not, jobs by status
     pgqueue queues pause mail                           # or: resume mail
+    pgqueue cron list                                   # schedules: last and next tick
+    pgqueue cron trigger nightly_report                 # or: pause NAME, resume NAME
     pgqueue reap --visibility-timeout 10m
     pgqueue worker myapp.jobs:worker                    # until SIGINT or SIGTERM
     pgqueue worker myapp.jobs:async_worker --trio       # an AsyncWorker on trio
@@ -40,7 +42,9 @@ Exit status:
   pgqueue (`pgqueue.SchemaTooNew`) or the table is not a queue's, ``jobs
   show`` found no such job, ``dead retry ID...`` named a job that is not dead
   (the dead ones named are still retried), ``enqueue --on-duplicate raise``
-  found its unique key taken, or the worker failed.
+  found its unique key taken, ``cron pause|resume|trigger`` named no schedule
+  or ``cron trigger`` found an overlap=False schedule's job still pending or
+  running, or the worker failed.
 * 2: bad arguments (no DSN, a malformed DURATION, PAYLOAD or date, a target
   that cannot be loaded...): a usage message on stderr, nothing written.
 * 130: interrupted by SIGINT before a clean stop.
@@ -73,7 +77,8 @@ exit status:
   1    operational failure: cannot connect, database error, schema newer than
        this pgqueue, `jobs show` found no such job, `dead retry ID` named a
        job that is not dead, `enqueue --on-duplicate raise` found its unique
-       key taken, or the worker failed
+       key taken, `cron` named no schedule, `cron trigger` found the
+       schedule's job still active (overlap=False), or the worker failed
   2    bad arguments: usage message on stderr, nothing written
   130  interrupted
 

@@ -365,3 +365,18 @@ async def test_a_running_worker_registers_its_schedules_and_refuses_new_ones(
             worker.stop()
     [state] = await queue.schedules()
     assert (state.name, state.kind, state.cron, state.every) == ("yearly", "report", YEARLY, None)
+
+
+async def test_a_running_worker_registers_again_a_schedule_whose_row_lost_its_last_tick(
+    queue: Any, schedules: Schedules, backend: str
+) -> None:
+    worker = WorkerUnderTest(backend, queue, {}, kinds=["other"], poll_interval=0.1)
+    worker.worker.schedule("beat", every=timedelta(seconds=1))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.run)
+        try:
+            await wait_until(lambda: schedules.rows("SELECT name FROM {schedules}"), "registered")
+            schedules.rows("UPDATE {schedules} SET last_tick = NULL")
+            await wait_until(lambda: schedules.last_tick("beat") is not None, "registered again")
+        finally:
+            worker.stop()

@@ -72,8 +72,8 @@ class Scheduler:
         names = [s.name for s in self.schedules]
         now, last_ticks = await self.calls("scheduler", self.queue.schedule_clock, names)
         looked = anyio.current_time()
-        missing = [s for s in self.schedules if s.name not in last_ticks]
-        if missing:  # a row deleted under a running worker: it starts again from now
+        missing = [s for s in self.schedules if last_ticks.get(s.name) is None]
+        if missing:  # a row deleted (or its last tick cleared) under a running worker: from now
             await self.calls("scheduler", self.queue.register_schedules, missing)
         next_tick = now + timedelta(seconds=MAX_SLEEP)
         for schedule in self.schedules:

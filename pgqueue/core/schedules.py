@@ -54,6 +54,7 @@ __all__ = [
     "ScheduleState",
     "Tick",
     "UnknownSchedule",
+    "next_tick_of",
     "unique_key_of",
     "validate_schedule",
     "validate_schedule_name",
@@ -213,6 +214,7 @@ def unique_key_of(name: str) -> str:
 
 
 def validate_schedule_name(name: object) -> str:
+    """A schedule's name: non-empty text, as a queue's name."""
     return _validate_name(name, "schedule name")
 
 

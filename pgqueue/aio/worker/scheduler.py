@@ -49,6 +49,7 @@ class Scheduler:
         self._scope.cancel()
 
     async def run(self) -> None:
+        """Register the schedules, then tick them, until `stop`; database errors are retried."""
         with self._scope:
             failures = 0
             registered = False

@@ -7,9 +7,22 @@ does; after every step every row of the table must match the model.
 
 Failed jobs are either ready at once (a zero backoff, or ``retry_in=0``) or
 an hour away, and delayed enqueues are an hour away, so whether a pending
-job is ready is known exactly and claims are predictable in number. Which
-jobs a claim returns is the queue's business (it goes by ``run_at, id``); the
-model only checks that each was pending, ready and of a requested kind.
+job is ready is known exactly and claims are predictable in number.
+
+Jobs go to a few queues with a few priorities (ties included). A claim must
+take, of the ready jobs of the kinds and queues it asks for, the highest
+priorities first, then the earliest ``run_at``, then the lowest id: the
+model knows which jobs are ready and their priorities, and reads ``run_at``
+(the database's clock) to break ties.
+
+Some jobs carry a unique key from a small set, in a scope (``queued``,
+``active``) or a window (``unique_for``, whose end the machine brings about by
+moving the lease's ``expires_at`` back), with each ``on_duplicate``. The model
+knows which job holds each key in each scope and which job leases each
+window; an enqueue must return that holder (or raise `DuplicateJob` naming
+it, or give it the new payload), and an operator's retry revives a dead
+job only where the key's rule allows. After every step the table's holders
+and leases must be the model's.
 """
 
 from __future__ import annotations
@@ -33,15 +46,39 @@ from hypothesis.stateful import (
 from psycopg import sql
 
 import pgqueue
-from pgqueue import Backoff, Job, JobNotRunning, JobSpec, JobStatus
+from pgqueue import Backoff, DuplicateJob, Job, JobNotRunning, JobSpec, JobStatus
+from pgqueue.core.sql import UNIQUE_PREDICATES
 from pgqueue.core.states import DELETED, Event, State, next_state
 
 KINDS = ("email", "resize", "report")
+QUEUES = ("default", "urgent", "bulk")
 LATER = timedelta(hours=1)
 LEASE = timedelta(minutes=5)
+WINDOW = timedelta(hours=1)
+KEYS = ("a", "b", "c")
+# unique="queued" / "active", or a window (unique_for): where a key is held.
+SCOPES = ("queued", "active", "window")
 
 kinds_st = st.sampled_from(KINDS)
+queues_st = st.sampled_from(QUEUES)
+# Few values, so that ties (broken by run_at, id) are common.
+priorities_st = st.sampled_from((-100, -1, 0, 0, 0, 7, 100))
 max_attempts_st = st.integers(min_value=1, max_value=3)
+
+
+@dataclass(frozen=True)
+class Uniqueness:
+    key: str
+    scope: str  # "queued", "active" or "window"
+    on_duplicate: str
+
+
+uniqueness_st = st.none() | st.builds(
+    Uniqueness,
+    st.sampled_from(KEYS),
+    st.sampled_from(SCOPES),
+    st.sampled_from(("return", "raise", "replace")),
+)
 
 
 @dataclass(frozen=True)
@@ -52,6 +89,61 @@ class ModelJob:
     kind: str
     payload: int
     ready: bool  # run_at <= now(): a pending job a claim may take
+    queue: str = "default"
+    priority: int = 0
+    key: str | None = None
+    scope: str | None = None
+
+    def holds(self, key: str, scope: str) -> bool:
+        """Whether this job holds ``key`` in ``scope`` (the unique indexes' predicates)."""
+        if (self.key, self.scope) != (key, scope):
+            return False
+        if scope == "queued":
+            return self.status is JobStatus.PENDING and self.attempts == 0
+        return scope == "active" and self.status in (JobStatus.PENDING, JobStatus.RUNNING)
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A unique_for window: the job it was taken for, and whether it ran out."""
+
+    job_id: int
+    over: bool = False  # expires_at <= now()
+    stale: bool = False  # so long over that the reaper prunes it
+
+
+@dataclass(frozen=True)
+class EnqueueSpec:
+    """One job to enqueue, as the machine draws it."""
+
+    kind: str
+    max_attempts: int = 3
+    delayed: bool = False
+    queue: str = "default"
+    priority: int = 0
+    unique: Uniqueness | None = None
+
+    def options(self) -> dict[str, Any]:
+        """The keyword arguments of `enqueue` (and fields of `JobSpec`) besides kind and payload."""
+        options: dict[str, Any] = {
+            "max_attempts": self.max_attempts,
+            "delay": LATER if self.delayed else None,
+            "queue": self.queue,
+            "priority": self.priority,
+        }
+        u = self.unique
+        if u is not None:
+            options.update(unique_key=u.key, on_duplicate=u.on_duplicate)
+            if u.scope == "window":
+                options["unique_for"] = WINDOW
+            else:
+                options["unique"] = u.scope
+        return options
+
+
+specs_st = st.builds(
+    EnqueueSpec, kinds_st, max_attempts_st, st.booleans(), queues_st, priorities_st, uniqueness_st
+)
 
 
 class QueueMachine(RuleBasedStateMachine):
@@ -60,9 +152,12 @@ class QueueMachine(RuleBasedStateMachine):
         self.queue = queue
         self.raw = raw
         self.table = sql.Identifier(queue.table)
+        self.leases_table = sql.Identifier(f"{queue.table}_unique_leases")
         # Every example starts from an empty table.
-        self.query("TRUNCATE {table}")
+        self.query("TRUNCATE {table}, {leases}")
         self.model: dict[int, ModelJob] = {}
+        # unique_for windows by key.
+        self.leases: dict[str, Lease] = {}
         # The Job each running row was claimed as: what its worker would pass to fail().
         self.claims: dict[int, Job] = {}
         # Claims whose lease expired: their worker may still report, too late.
@@ -72,7 +167,8 @@ class QueueMachine(RuleBasedStateMachine):
     # -- helpers ---------------------------------------------------------------
 
     def query(self, text: str, *params: Any) -> list[tuple[Any, ...]]:
-        cur = self.raw.execute(sql.SQL(text).format(table=self.table), params or None)
+        composed = sql.SQL(text).format(table=self.table, leases=self.leases_table)
+        cur = self.raw.execute(composed, params or None)
         return cur.fetchall() if cur.description else []
 
     def ids(self, status: JobStatus) -> list[int]:
@@ -89,66 +185,157 @@ class QueueMachine(RuleBasedStateMachine):
             self.model[job_id] = replace(job, **{"status": new, "attempts": attempts, **changes})
         return new
 
-    def add(self, job_id: int, kind: str, max_attempts: int, payload: int, ready: bool) -> None:
-        assert job_id not in self.model
-        self.model[job_id] = ModelJob(JobStatus.PENDING, 0, max_attempts, kind, payload, ready)
+    def holder(self, key: str, scope: str) -> int | None:
+        """The job that holds ``key`` in ``scope`` now, by the model; None if it is free."""
+        if scope == "window":
+            lease = self.leases.get(key)
+            return None if lease is None or lease.over else lease.job_id
+        held = [i for i, j in self.model.items() if j.holds(key, scope)]
+        assert len(held) <= 1
+        return held[0] if held else None
 
     # -- enqueue ---------------------------------------------------------------
 
-    @rule(kind=kinds_st, max_attempts=max_attempts_st, delayed=st.booleans())
-    def enqueue(self, kind: str, max_attempts: int, delayed: bool) -> None:
-        payload = next(self.payloads)
-        job_id = self.queue.enqueue(
-            kind, {"n": payload}, max_attempts=max_attempts, delay=LATER if delayed else None
-        )
-        self.add(job_id, kind, max_attempts, payload, ready=not delayed)
+    def expect_enqueue(self, spec: EnqueueSpec, payload: int) -> int | None:
+        """Apply an enqueue to the model: the id it must return, or None for
+        a new job (whose id only the queue knows). Raises `DuplicateJob` as the
+        queue must, changing nothing."""
+        u = spec.unique
+        if u is None:
+            return None
+        existing = self.holder(u.key, u.scope)
+        if existing is None:
+            return None
+        if u.on_duplicate == "raise":
+            raise DuplicateJob(u.key, existing)
+        held = self.model.get(existing)  # a window's job may be gone
+        if u.on_duplicate == "replace" and held and held.status is JobStatus.PENDING:
+            self.model[existing] = replace(held, payload=payload, ready=not spec.delayed)
+        return existing
 
-    @rule(
-        specs=st.lists(st.tuples(kinds_st, max_attempts_st, st.booleans()), max_size=5),
-        as_tuples=st.booleans(),
-    )
-    def enqueue_many(self, specs: list[tuple[str, int, bool]], as_tuples: bool) -> None:
+    def add(self, job_id: int, spec: EnqueueSpec, payload: int) -> None:
+        assert job_id not in self.model
+        u = spec.unique
+        self.model[job_id] = ModelJob(
+            JobStatus.PENDING, 0, spec.max_attempts, spec.kind, payload, not spec.delayed,
+            spec.queue, spec.priority, None if u is None else u.key, None if u is None else u.scope,
+        )  # fmt: skip
+        if u is not None and u.scope == "window":
+            self.leases[u.key] = Lease(job_id)
+
+    def enqueue_in_model(self, spec: EnqueueSpec, payload: int, got: int) -> None:
+        """Check what an enqueue returned against the model, and apply it."""
+        expected = self.expect_enqueue(spec, payload)
+        if expected is None:
+            self.add(got, spec, payload)
+        else:
+            assert got == expected, (spec, got, expected)
+
+    @rule(spec=specs_st)
+    def enqueue(self, spec: EnqueueSpec) -> None:
+        payload = next(self.payloads)
+        u = spec.unique
+        try:
+            job_id = self.queue.enqueue(spec.kind, {"n": payload}, **spec.options())
+        except DuplicateJob as dup:
+            assert u is not None and u.on_duplicate == "raise"
+            assert dup.existing_id == self.holder(u.key, u.scope)
+            return
+        self.enqueue_in_model(spec, payload, job_id)
+
+    @rule(specs=st.lists(specs_st, max_size=5), as_tuples=st.booleans())
+    def enqueue_many(self, specs: list[EnqueueSpec], as_tuples: bool) -> None:
         payloads = [next(self.payloads) for _ in specs]
         if as_tuples:
             # A (kind, payload) tuple takes the defaults: ready now, 3 attempts.
-            specs = [(kind, 3, False) for kind, _, _ in specs]
+            specs = [EnqueueSpec(s.kind) for s in specs]
             ids = self.queue.enqueue_many(
-                [(k, {"n": p}) for (k, _, _), p in zip(specs, payloads, strict=True)]
+                [(s.kind, {"n": p}) for s, p in zip(specs, payloads, strict=True)]
             )
         else:
-            ids = self.queue.enqueue_many(
-                [
-                    JobSpec(k, {"n": p}, max_attempts=m, delay=LATER if d else None)
-                    for (k, m, d), p in zip(specs, payloads, strict=True)
-                ]
-            )
-        assert len(ids) == len(set(ids)) == len(specs)
-        for job_id, (kind, max_attempts, delayed), payload in zip(
-            ids, specs, payloads, strict=True
-        ):
-            self.add(job_id, kind, max_attempts, payload, ready=not delayed)
+            expected_raise = self.first_raise(specs, payloads)
+            try:
+                ids = self.queue.enqueue_many(
+                    [
+                        JobSpec(s.kind, {"n": p}, **s.options())
+                        for s, p in zip(specs, payloads, strict=True)
+                    ]
+                )
+            except DuplicateJob as dup:
+                assert expected_raise is not None
+                if expected_raise.existing_id < 0:
+                    # A job of this very batch, rolled back with it.
+                    assert dup.existing_id not in self.model
+                else:
+                    assert dup.existing_id == expected_raise.existing_id
+                return
+            assert expected_raise is None
+        assert len(ids) == len(specs)
+        for job_id, spec, payload in zip(ids, specs, payloads, strict=True):
+            self.enqueue_in_model(spec, payload, job_id)
+
+    def first_raise(self, specs: list[EnqueueSpec], payloads: list[int]) -> DuplicateJob | None:
+        """The `DuplicateJob` a batch must raise, if any: the batch is one
+        transaction, and its unique jobs are written in the order of their
+        keys (then scopes; a key's jobs in the batch's order), so it raises
+        for the first key in that order that has a raising duplicate. The
+        model is left as it was: a raising batch writes nothing."""
+        before = (dict(self.model), dict(self.leases))
+        raised: dict[tuple[str, str], DuplicateJob] = {}
+        for spec, payload in zip(specs, payloads, strict=True):
+            u = spec.unique
+            if u is not None and (u.key, u.scope) in raised:
+                continue  # the queue stops there; other keys are independent
+            try:
+                if self.expect_enqueue(spec, payload) is None:
+                    # New jobs get stand-in ids; the batch's duplicates see them.
+                    self.add(-next(self.payloads), spec, payload)
+            except DuplicateJob as dup:
+                assert u is not None
+                raised[u.key, u.scope] = dup
+        self.model, self.leases = before
+        return raised[min(raised)] if raised else None
+
+    @precondition(lambda self: any(not lease.over for lease in self.leases.values()))
+    @rule(data=st.data(), stale=st.booleans())
+    def window_runs_out(self, data: st.DataObject, stale: bool) -> None:
+        key = data.draw(st.sampled_from(sorted(k for k, v in self.leases.items() if not v.over)))
+        # Just over, or over long enough for the reaper to prune it.
+        self.query(
+            "UPDATE {leases} SET expires_at = now() - %s::interval WHERE unique_key = %s",
+            timedelta(hours=1) if stale else timedelta(microseconds=1),
+            key,
+        )
+        self.leases[key] = replace(self.leases[key], over=True, stale=stale)
+
+    def reaped(self) -> None:
+        """The reaper ran: it pruned the leases long over."""
+        self.leases = {k: v for k, v in self.leases.items() if not v.stale}
 
     # -- claim -----------------------------------------------------------------
 
     @rule(
         limit=st.integers(min_value=1, max_value=5),
         kinds=st.none() | st.lists(kinds_st, min_size=1, max_size=3, unique=True),
+        queues=st.none() | st.lists(queues_st, min_size=1, max_size=3, unique=True),
     )
-    def claim(self, limit: int, kinds: list[str] | None) -> None:
+    def claim(self, limit: int, kinds: list[str] | None, queues: list[str] | None) -> None:
         wanted = set(KINDS if kinds is None else kinds)
+        served = set(QUEUES if queues is None else queues)
         claimable = {
             i
             for i, j in self.model.items()
-            if j.status is JobStatus.PENDING and j.ready and j.kind in wanted
+            if j.status is JobStatus.PENDING and j.ready and j.kind in wanted and j.queue in served
         }
+        # The highest priorities first, then run_at (the database's), then id.
+        run_at = dict(self.query("SELECT id, run_at FROM {table} WHERE id = ANY(%s)", [*claimable]))
+        first = sorted(claimable, key=lambda i: (-self.model[i].priority, run_at[i], i))[:limit]
         # Every claim by a worker of its own, as after a crash and a restart.
         self.claim_count = getattr(self, "claim_count", 0) + 1
         worker = f"machine-{self.claim_count}"
-        jobs = self.queue.claim(limit, worker=worker, kinds=kinds)
-        # Nobody else claims, so SKIP LOCKED skips nothing: as many as asked, if there are.
-        assert len(jobs) == min(limit, len(claimable))
-        assert len({j.id for j in jobs}) == len(jobs)
-        assert [(j.run_at, j.id) for j in jobs] == sorted((j.run_at, j.id) for j in jobs)
+        jobs = self.queue.claim(limit, worker=worker, kinds=kinds, queues=queues)
+        # Nobody else claims, so SKIP LOCKED skips nothing: exactly the first ones.
+        assert [j.id for j in jobs] == first
         for job in jobs:
             assert job.id in claimable, f"claimed job {job.id} was not pending, ready and wanted"
             before = self.model[job.id]
@@ -163,6 +350,11 @@ class QueueMachine(RuleBasedStateMachine):
             )
             assert job.locked_by == worker
             assert job.locked_at is not None
+            assert (job.queue, job.priority, job.unique_key) == (
+                before.queue,
+                before.priority,
+                before.key,
+            )
             self.claims[job.id] = job
 
     # -- outcomes --------------------------------------------------------------
@@ -212,6 +404,7 @@ class QueueMachine(RuleBasedStateMachine):
             expired,
         )
         returned = self.queue.reap(LEASE)
+        self.reaped()
         expected = set()
         for job_id in expired:
             if self.transition(job_id, Event.EXPIRE, ready=True) is JobStatus.PENDING:
@@ -256,20 +449,34 @@ class QueueMachine(RuleBasedStateMachine):
     @rule()
     def reap_leaves_fresh_leases_alone(self) -> None:
         assert self.queue.reap(LEASE) == []
+        self.reaped()
 
     # -- operator ----------------------------------------------------------------
 
     @precondition(lambda self: self.model)
     @rule(data=st.data())
     def retry(self, data: st.DataObject) -> None:
-        dead = self.ids(JobStatus.DEAD)
         chosen = data.draw(st.lists(st.sampled_from(sorted(self.model)), unique=True))
-        assert self.queue.retry(chosen) == len(set(chosen) & set(dead))
-        for job_id in chosen:
-            if job_id in dead:
-                assert self.transition(job_id, Event.RETRY, attempts=0, ready=True) is (
-                    JobStatus.PENDING
-                )
+        revived = self.revivable(set(chosen) & set(self.ids(JobStatus.DEAD)))
+        assert self.queue.retry(chosen) == len(revived)
+        for job_id in revived:
+            assert self.transition(job_id, Event.RETRY, attempts=0, ready=True) is (
+                JobStatus.PENDING
+            )
+
+    def revivable(self, dead: set[int]) -> set[int]:
+        """Which of these dead jobs a retry revives: not one whose key another
+        job holds now in its scope, and of several with one key (and scope), the
+        newest only; every job without a key. A window does not stop a retry."""
+        newest: dict[tuple[str, str], int] = {}
+        revived = set()
+        for job_id in sorted(dead):
+            job = self.model[job_id]
+            if job.key is None or job.scope is None:
+                revived.add(job_id)
+            elif job.scope == "window" or self.holder(job.key, job.scope) is None:
+                newest[job.key, job.scope] = job_id
+        return revived | set(newest.values())
 
     # -- the check ---------------------------------------------------------------
 
@@ -278,17 +485,15 @@ class QueueMachine(RuleBasedStateMachine):
         rows = self.query(
             """
 SELECT id, status, attempts, max_attempts, kind, payload, run_at <= now(),
-       locked_at IS NOT NULL, locked_by IS NOT NULL
+       locked_at IS NOT NULL, locked_by IS NOT NULL, queue, priority, unique_key, unique_scope
   FROM {table}"""
         )
-        in_table = {
-            job_id: (status, attempts, max_attempts, kind, payload, ready, locked, owned)
-            for job_id, status, attempts, max_attempts, kind, payload, ready, locked, owned in rows
-        }
+        in_table = {row[0]: row[1:] for row in rows}
         # Succeeded jobs are gone, and nothing else is.
         assert set(in_table) == set(self.model)
         for job_id, job in self.model.items():
-            status, attempts, max_attempts, kind, payload, ready, locked, owned = in_table[job_id]
+            (status, attempts, max_attempts, kind, payload, ready, locked, owned,
+             queue, priority, key, scope) = in_table[job_id]  # fmt: skip
             assert JobStatus(status) is job.status, job_id
             assert (attempts, max_attempts, kind, payload) == (
                 job.attempts,
@@ -296,6 +501,7 @@ SELECT id, status, attempts, max_attempts, kind, payload, run_at <= now(),
                 job.kind,
                 {"n": job.payload},
             ), job_id
+            assert (queue, priority, key, scope) == (job.queue, job.priority, job.key, job.scope)
             running = job.status is JobStatus.RUNNING
             assert locked is owned is running, job_id
             if job.status is JobStatus.PENDING:
@@ -307,6 +513,23 @@ SELECT id, status, attempts, max_attempts, kind, payload, run_at <= now(),
             if job.status is JobStatus.DEAD:
                 assert job.attempts == job.max_attempts
         assert set(self.claims) == set(self.ids(JobStatus.RUNNING))
+
+    @invariant()
+    def every_key_has_the_models_holder_and_no_other(self) -> None:
+        for scope, predicate in UNIQUE_PREDICATES.items():
+            rows = self.query(f"SELECT unique_key, id FROM {{table}} WHERE {predicate}")
+            held: dict[str, list[int]] = {}
+            for key, job_id in rows:
+                held.setdefault(key, []).append(job_id)
+            assert all(len(ids) == 1 for ids in held.values()), (scope, held)
+            assert {k: ids[0] for k, ids in held.items()} == {
+                k: h for k in KEYS if (h := self.holder(k, scope)) is not None
+            }, scope
+        leases = self.query(
+            "SELECT unique_key, job_id, expires_at <= now(),"
+            " expires_at < now() - interval '1 minute' FROM {leases}"
+        )
+        assert {k: Lease(i, over, stale) for k, i, over, stale in leases} == self.leases
 
 
 @pytest.fixture

@@ -8,8 +8,10 @@ moving its lease's ``expires_at`` back rather than by sleeping.
 
 from __future__ import annotations
 
+import re
 from contextlib import nullcontext
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -18,8 +20,10 @@ from psycopg import sql
 
 import pgqueue
 from pgqueue import DuplicateJob, JobSpec, JobStatus
+from pgqueue.core.migrations import MIGRATIONS, REQUIRED_COLUMNS, SchemaNames
 from pgqueue.core.ops import QueueCore
 from pgqueue.core.plans import drive
+from pgqueue.core.sql import Statements
 from pgqueue.core.states import Event
 
 from ..backends import open_queue
@@ -52,9 +56,9 @@ def end_window(raw: Raw, table: str, key: str) -> None:
 
 
 async def claim_one(queue: Any, job_id: int) -> pgqueue.Job:
-    [job] = await queue.claim(1, worker="w-1")
-    assert job.id == job_id
-    return job
+    jobs: list[pgqueue.Job] = await queue.claim(1, worker="w-1")
+    assert [j.id for j in jobs] == [job_id]
+    return jobs[0]
 
 
 async def kill(queue: Any, job_id: int) -> None:
@@ -735,3 +739,43 @@ async def test_bad_unique_arguments_raise_and_write_nothing(
     with raw.conn.cursor() as cur:
         cur.execute(sql.SQL("SELECT job_id FROM {}").format(leases(table)))
         assert cur.fetchall() == [(held,)]
+
+
+# -- the page --------------------------------------------------------------------
+
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "unique.md"
+
+
+def normalize(text: str) -> str:
+    return " ".join(re.sub(r"--[^\n]*", "", text).split()).rstrip(";")
+
+
+def rendered_statements() -> set[str]:
+    """Every statement `Statements` renders for the default table, and the DDL of
+    the migration that brought unique jobs."""
+    statements = Statements("pgqueue_jobs")
+    found: list[bytes] = [v for v in vars(statements).values() if isinstance(v, bytes)]
+    found += statements.unique_inserts.values()
+    found += statements.unique_holders.values()
+    names = SchemaNames.for_table("pgqueue_jobs")
+    plan = next(m for m in MIGRATIONS if m.version == 7).apply(names)
+    try:
+        step = next(plan)
+        while True:
+            found.append(step.query)
+            # What a fresh database answers: a queue's columns, nothing else.
+            step = plan.send(
+                list(REQUIRED_COLUMNS.items()) if b"pg_attribute" in step.query else []
+            )
+    except StopIteration:
+        pass
+    return {normalize(s.decode()) for s in found}
+
+
+def test_the_sql_docs_unique_md_shows_is_the_sql_the_code_runs() -> None:
+    blocks = re.findall(r"```sql\n(.*?)```", PAGE.read_text(), flags=re.S)
+    shown = [normalize(s) for block in blocks for s in block.split(";\n") if normalize(s)]
+    assert len(shown) >= 8
+    rendered = rendered_statements()
+    for statement in shown:
+        assert statement in rendered, statement[:80]

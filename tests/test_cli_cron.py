@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import timedelta
+from typing import Any
 
 import pytest
+from psycopg.conninfo import make_conninfo
 
 import pgqueue
 from pgqueue.core.schedules import validate_schedule
@@ -96,3 +98,27 @@ def test_cron_commands_without_a_name_or_with_an_empty_one_are_usage_errors(
 ) -> None:
     assert_usage_error(run("cron", "trigger"), "the following arguments are required: NAME")
     assert_usage_error(run("cron", "pause", ""), "schedule name must not be empty")
+
+
+@pytest.mark.parametrize("override", ["concurrency", "kinds", "queues", "dsn"])
+def test_a_worker_run_with_overrides_keeps_its_schedules_and_listeners(
+    override: str, dsn: str, table: str
+) -> None:
+    from pgqueue.cli.worker import with_overrides
+
+    seen: list[object] = []
+    with pgqueue.Queue(dsn, table=table) as q:
+        target = pgqueue.Worker(q, {"k": print})
+        target.schedule("k", every=timedelta(minutes=5))
+        target.add_event_listener(seen.append)
+        changes: dict[str, Any] = {"dsn": None, "concurrency": None, "kinds": None}
+        changes[override] = {
+            "concurrency": 2,
+            "kinds": ["k"],
+            "queues": ["q"],
+            "dsn": make_conninfo(dsn, application_name="other"),
+        }[override]
+        copy = with_overrides(target, **changes)
+        assert isinstance(copy, pgqueue.Worker) and copy is not target
+        assert list(copy._worker._schedules) == ["k"]
+        assert copy._worker._event_listeners == [seen.append]

@@ -201,11 +201,15 @@ def with_overrides(
         assert isinstance(queue, Queue)
         if dsn is not None and new_dsn:
             queue = type(queue)(dsn, **queue.core.options())
-        return type(target)(queue, handlers, handle_signals=True, **settings)
+        copy = type(target)(queue, handlers, handle_signals=True, **settings)
+        copy.carry_over(target)
+        return copy
     assert isinstance(queue, AsyncQueue)
     if dsn is not None and new_dsn:
         queue = type(queue)(dsn, **queue.core.options())
-    return type(target)(queue, handlers, handle_signals=True, **settings)
+    acopy = type(target)(queue, handlers, handle_signals=True, **settings)
+    acopy.carry_over(target)
+    return acopy
 
 
 def _conninfo(queue: Queue | AsyncQueue) -> str | None:

@@ -111,6 +111,10 @@ class Worker:
                                      tz=tz, queue=queue, priority=priority, overlap=overlap,
                                      backfill=backfill)  # fmt: skip
 
+    def carry_over(self, other: Worker) -> None:
+        """Take `other`'s event listeners and schedules (`AsyncWorker.carry_over`)."""
+        self._worker.carry_over(other._worker)
+
     def add_event_listener(self, listener: L) -> L:
         """Call ``listener`` with every `JobEvent` of this worker; returns it (a decorator too).
 

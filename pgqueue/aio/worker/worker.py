@@ -191,6 +191,14 @@ class AsyncWorker:
         self._schedules[checked.name] = checked
         return checked
 
+    def carry_over(self, other: AsyncWorker) -> None:
+        """Take `other`'s event listeners and schedules: for a copy of a
+        worker with other settings (``pgqueue worker --concurrency ...``)."""
+        if self._crew is not None:
+            raise RuntimeError("carry_over() must be called before run()")
+        self._event_listeners.extend(other._event_listeners)
+        self._schedules.update(other._schedules)
+
     def add_event_listener(self, listener: L) -> L:
         """Call ``listener`` with every `JobEvent` of this worker; returns it (a decorator too):
 

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import psycopg
 import pytest
 from psycopg import sql
 
@@ -698,41 +697,6 @@ async def test_retry_of_a_dead_window_job_revives_it_whatever_the_lease(
     await kill(queue, dead)
     assert await queue.retry(dead) == 1
     assert raw.rows("SELECT status, attempts FROM {table}") == [("pending", 0)]
-
-
-@pytest.mark.xfail(
-    raises=psycopg.errors.UniqueViolation,
-    strict=True,
-    reason="known gap (docs/unique.md): the retry's check cannot see an uncommitted duplicate;"
-    " it waits for it and fails once it commits",
-)
-@pytest.mark.parametrize("scope", SCOPES)
-async def test_retry_racing_an_open_duplicate_enqueue_reports_it_instead_of_failing(
-    queue: Any, business: Any, raw: Raw, table: str, scope: str
-) -> None:
-    dead = await queue.enqueue("k", unique_key="a", unique=scope, max_attempts=1)
-    await kill(queue, dead)
-    outcome: list[Any] = []
-
-    async def retry() -> None:
-        try:
-            outcome.append(await queue.retry(dead))
-        except Exception as exc:
-            outcome.append(exc)
-
-    async with anyio.create_task_group() as tg, business.transaction() as conn:
-        holder = await queue.enqueue("k", unique_key="a", unique=scope, conn=conn)
-        tg.start_soon(retry)
-        # The retry waits for the enqueue's transaction, which then commits.
-        await wait_for_lock_wait(raw, table)
-    assert raw.rows("SELECT id, status FROM {table} ORDER BY id") == [
-        (dead, "dead"),
-        (holder, "pending"),
-    ]
-    [result] = outcome
-    if isinstance(result, Exception):
-        raise result
-    assert result == 0
 
 
 # -- bad input -------------------------------------------------------------------

@@ -4,7 +4,7 @@ A producer enqueues ``--rate`` jobs per second (one `AsyncQueue.enqueue_many`
 every 100 ms, on a pool of its own) while an `AsyncWorker` on asyncio drains
 them, for ``--minutes``. Every ``--sample`` seconds a third connection
 records the throughput, the backlog (ready jobs), the size of the table,
-of its partial ready index and of the whole relation (table, indexes,
+of its partial claim index (pending jobs) and of the whole relation (table, indexes,
 TOAST), and what ``pg_stat_user_tables`` says about dead tuples, HOT
 updates and autovacuum runs. Autovacuum runs with the server's settings.
 
@@ -55,7 +55,7 @@ class Sample:
     jobs_per_s: float  # handled since the previous sample, per second
     backlog: int  # pending jobs that are due
     table_bytes: int
-    ready_index_bytes: int
+    claim_index_bytes: int
     total_bytes: int
     dead_tuples: int
     updates: int
@@ -103,7 +103,7 @@ SELECT (SELECT count(*) FROM {table} WHERE status = 'pending' AND run_at <= now(
 )
 _SET_OPTION = sql.SQL("ALTER TABLE {table} SET ({name} = {value})")
 _DROP = sql.SQL("DROP TABLE IF EXISTS {table}")
-# Jobs due tomorrow: in the ready index (at its far end) and in the table's
+# Jobs due tomorrow: in the claim index (at the far end of their level) and in the table's
 # row count, which scales autovacuum's threshold, but never claimed here.
 _SCHEDULE = sql.SQL(
     """
@@ -216,7 +216,7 @@ class Run:
     async def sample(self, conn: psycopg.AsyncConnection[Any]) -> None:
         t = time.perf_counter() - self.start
         handled = self.handled
-        params = {"table": self.table, "index": f"{self.table}_ready"}
+        params = {"table": self.table, "index": f"{self.table}_claim"}
         cur = await conn.execute(_SAMPLE.format(table=sql.Identifier(self.table)), params)
         row = await cur.fetchone()
         assert row is not None
@@ -239,7 +239,7 @@ def header() -> str:
 def row_text(s: Sample) -> str:
     return (
         f"{s.t:>6.0f}{s.enqueued:>10}{s.handled:>10}{s.jobs_per_s:>8.0f}{s.backlog:>9}"
-        f"{mb(s.table_bytes):>10}{mb(s.ready_index_bytes):>10}{mb(s.total_bytes):>10}"
+        f"{mb(s.table_bytes):>10}{mb(s.claim_index_bytes):>10}{mb(s.total_bytes):>10}"
         f"{s.dead_tuples:>10}{s.updates:>10}{s.hot_updates:>9}{s.autovacuums:>8}"
     )
 
@@ -252,7 +252,7 @@ def verdicts(samples: list[Sample], duration: float) -> list[Verdict]:
     found = []
     for what, attr in (
         ("table", "table_bytes"),
-        ("ready index", "ready_index_bytes"),
+        ("claim index", "claim_index_bytes"),
         ("total", "total_bytes"),
     ):
         found.append(

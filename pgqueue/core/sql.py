@@ -140,7 +140,6 @@ class Statements:
             "table": t,
             "cols": cols,
             "jcols": jcols,
-            "ready_index": sql.Identifier(f"{name}_ready"),
             "insert_cols": sql.SQL(", ").join(sql.Identifier(c) for c in INSERT_COLUMNS),
             "history": history_table,
             "queues": sql.Identifier(*parts[:-1], f"{name}_queues"),

@@ -465,6 +465,36 @@ CREATE TABLE IF NOT EXISTS {schedules} (
     CHECK ((cron IS NULL) <> (every IS NULL))
 )""")
     )
+    # Every claim reads the paused queues, enqueues with unique_for write
+    # leases, the reaper prunes them, workers tick schedules: a role that may
+    # read and write the queue table may use the new tables alike, so that
+    # an upgrade does not stop the workers of an application whose runtime
+    # role the owner granted the queue table only (docs/reliability.md,
+    # "Least privilege").
+    grants = yield Query(
+        b"""
+SELECT pg_get_userbyid(a.grantee), a.privilege_type
+  FROM pg_class AS c, aclexplode(c.relacl) AS a
+ WHERE c.oid = %s::regclass AND a.grantee <> 0 AND a.grantee <> c.relowner
+   AND a.privilege_type IN ('SELECT', 'INSERT', 'UPDATE', 'DELETE')
+ ORDER BY 1, 2""",
+        (n.regclass,),
+    )
+    by_role: dict[str, list[str]] = {}
+    for role, privilege in grants:
+        by_role.setdefault(role, []).append(privilege)
+    for role, privileges in by_role.items():
+        yield Query(
+            sql.SQL("GRANT {} ON {}, {}, {} TO {}")
+            .format(
+                sql.SQL(", ").join(map(sql.SQL, privileges)),
+                n.queues,
+                n.unique_leases,
+                n.schedules,
+                sql.Identifier(role),
+            )
+            .as_bytes(None)
+        )
 
 
 MIGRATIONS: Final[tuple[Migration, ...]] = (

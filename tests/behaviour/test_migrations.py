@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import timedelta
 from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
 
 import pgqueue
 from pgqueue import JobStatus
@@ -526,3 +529,38 @@ async def test_with_history_purged_dead_jobs_are_copied_as_dead(
     assert raw.count() == 0
     assert history_rows(raw, table) == [(job_id, "mail", {"n": 1}, 1, "dead", "bulk", -3)]
     assert raw.one(f"SELECT last_error FROM {table}_history") == "gave up"
+
+
+async def test_an_upgrade_grants_the_new_tables_to_the_roles_of_the_queue_table(
+    dsn: str, table: str, backend: str, raw: Raw, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An application whose runtime role the owner granted the queue table
+    # only (docs/reliability.md, "Least privilege", before migration 7): its
+    # workers must keep claiming after the upgrade, which reads and writes
+    # the new tables.
+    install_version_6(raw, table, monkeypatch)
+    role = f"pgqueue_app_{uuid.uuid4().hex[:8]}"
+    names = {
+        "role": sql.Identifier(role),
+        "table": sql.Identifier(table),
+        "sequence": sql.Identifier(f"{table}_id_seq"),
+    }
+    for statement in (
+        "CREATE ROLE {role} LOGIN",
+        "GRANT SELECT, INSERT, UPDATE, DELETE ON {table} TO {role}",
+        "GRANT USAGE ON SEQUENCE {sequence} TO {role}",
+    ):
+        raw.conn.execute(sql.SQL(statement).format(**names))
+    try:
+        async with open_queue(backend, dsn, table=table) as owner:
+            assert await owner.install() == [7]
+        async with open_queue(backend, make_conninfo(dsn, user=role), table=table) as q:
+            job = await q.enqueue("k", unique_key="once", unique_for=timedelta(hours=1))
+            await q.pause_queue("other")
+            [claimed] = await q.claim(5)
+            assert claimed.id == job
+            assert await q.reap(timedelta(minutes=5)) == []  # prunes the leases
+            assert await q.schedules() == []
+    finally:
+        raw.conn.execute(sql.SQL("DROP OWNED BY {role}").format(**names))
+        raw.conn.execute(sql.SQL("DROP ROLE {role}").format(**names))

@@ -51,6 +51,8 @@ def _role_sql(fleet: Fleet, statement: str, role: str) -> None:
             table=sql.Identifier(fleet.table),
             sequence=sql.Identifier(f"{fleet.table}_id_seq"),
             queues=sql.Identifier(f"{fleet.table}_queues"),
+            leases=sql.Identifier(f"{fleet.table}_unique_leases"),
+            schedules=sql.Identifier(f"{fleet.table}_schedules"),
         )
     )
 
@@ -66,7 +68,8 @@ def roles(fleet: Fleet) -> Iterator[Callable[..., Role]]:
         _role_sql(fleet, "CREATE ROLE {role} LOGIN", name)
         _role_sql(fleet, "GRANT SELECT, INSERT, UPDATE, DELETE ON {table} TO {role}", name)
         _role_sql(fleet, "GRANT USAGE ON SEQUENCE {sequence} TO {role}", name)
-        _role_sql(fleet, "GRANT SELECT ON {queues} TO {role}", name)
+        grant = "GRANT SELECT, INSERT, UPDATE, DELETE ON {queues}, {leases}, {schedules} TO {role}"
+        _role_sql(fleet, grant, name)
         for setting, value in settings.items():
             _role_sql(fleet, f"ALTER ROLE {{role}} SET {setting} = '{value}'", name)
         return Role(name, make_conninfo(fleet.dsn, user=name))

@@ -345,12 +345,35 @@ def test_dead_retry_of_a_job_that_is_not_dead_exits_1_and_still_retries_the_dead
     assert ran.json() == {
         "retried": 1,
         "not_dead": [{"id": pending, "status": "pending"}, {"id": 999999, "status": None}],
+        "key_held": [],
     }
     assert f"job {pending} not retried: it is pending, not dead" in ran.err
     assert "job 999999 not retried: no such job" in ran.err
     assert "Traceback" not in ran.err
     revived = queue.get(dead)
     assert revived is not None and revived.status is JobStatus.PENDING
+
+
+def test_dead_retry_of_a_unique_job_whose_key_is_held_says_so_and_exits_1(
+    run: Cli, queue: pgqueue.Queue
+) -> None:
+    dead = queue.enqueue("k", unique_key="acct:1", unique="active", max_attempts=1)
+    [job] = queue.claim(1, worker="w")
+    assert queue.fail(job, "boom") is JobStatus.DEAD
+    holder = queue.enqueue("k", unique_key="acct:1", unique="active")
+    ran = run("dead", "retry", str(dead), "--json")
+    assert ran.code == 1
+    assert ran.json() == {
+        "retried": 0,
+        "not_dead": [],
+        "key_held": [{"id": dead, "unique_key": "acct:1"}],
+    }
+    assert f"job {dead} not retried: another job holds its unique key 'acct:1'" in ran.err
+    assert "no longer dead" not in ran.err
+    assert {j.id: j.status for j in queue.jobs()} == {
+        dead: JobStatus.DEAD,
+        holder: JobStatus.PENDING,
+    }
 
 
 def test_dead_retry_all_revives_every_dead_job_of_the_kinds_given(

@@ -209,15 +209,25 @@ def cmd_dead_retry(queue: Queue, args: argparse.Namespace) -> int:
         for i, job in found.items()
         if job is None or job.status is not JobStatus.DEAD
     ]
+    # A dead unique job stays dead while another job holds its key.
+    held = []
+    if count < len(ids) - len(refused):
+        for i, job in found.items():
+            now = queue.get(i) if job is not None and job.unique_key is not None else None
+            if now is not None and now.status is JobStatus.DEAD:
+                held.append({"id": i, "unique_key": now.unique_key})
     summary = f"retried {count} dead job{plural(count)}"
-    emit(args, {"retried": count, "not_dead": refused}, summary)
+    emit(args, {"retried": count, "not_dead": refused, "key_held": held}, summary)
     if count == len(ids):
         return 0
     for r in refused:
         why = "no such job" if r["status"] is None else f"it is {r['status']}, not dead"
         print(f"{args.subparser.prog}: job {r['id']} not retried: {why}", file=sys.stderr)
-    if not refused:  # it changed between the look and the retry
-        stale = len(ids) - count
+    for h in held:
+        print(f"{args.subparser.prog}: job {h['id']} not retried: another job holds its "
+              f"unique key {h['unique_key']!r}", file=sys.stderr)  # fmt: skip
+    stale = len(ids) - count - len(refused) - len(held)
+    if stale:  # it changed between the look and the retry
         print(f"{args.subparser.prog}: {stale} job(s) were no longer dead", file=sys.stderr)
     return 1
 

@@ -339,6 +339,14 @@ class Fleet:
         )
         return int(rows[0][0])
 
+    def connections(self, worker: Worker) -> int:
+        """How many connections of ``worker`` the server still has."""
+        rows = self.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
+            worker.application_name,
+        )
+        return int(rows[0][0])
+
     def listeners(self) -> int:
         """How many connections LISTEN on the queue's channel (workers' listeners)."""
         rows = self.execute(

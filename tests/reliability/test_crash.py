@@ -63,12 +63,18 @@ def test_sigkilled_worker_loses_no_job_and_only_its_held_jobs_run_twice(
         )
 
     fleet.wait_until(victim_busy, "the victim to be busy", alive=[victim])
-    held = freeze_holding_jobs(fleet, victim)
+    frozen = freeze_holding_jobs(fleet, victim)
     victim.proc.send_signal(signal.SIGKILL)
     assert victim.proc.wait() == -signal.SIGKILL
+    # A claim sent as the victim froze (still on its way to the server, not
+    # yet seen running) may commit after: what it holds is read once the
+    # server has closed its connections, and then nothing changes it.
+    fleet.wait_until(lambda: fleet.connections(victim) == 0, "the victim's connections to close")
+    held = held_by(fleet, victim.name)
     # Nobody gave its jobs back: what it held is still running under its name
-    # (until its lease expires, which a long freeze could bring close).
-    assert held_by(fleet, victim.name) <= held
+    # (until its lease expires, which a long freeze could bring close); more
+    # only by the claims that were on their way (two at most, of 50).
+    assert len(held - frozen) <= 2 * 50
 
     fleet.wait_until(fleet.drained, "every job to succeed", alive=survivors)
     fleet.stop(*survivors)

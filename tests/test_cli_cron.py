@@ -7,7 +7,6 @@ Schedules are registered as a worker registers them when it starts.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -18,23 +17,16 @@ import pgqueue
 from pgqueue.core.schedules import validate_schedule
 
 from .conftest import Raw
-from .test_cli_ops import Cli, assert_one_line_failure, assert_usage_error, snapshot
+from .test_cli_ops import (
+    Cli,
+    assert_one_line_failure,
+    assert_usage_error,
+    queue,
+    run,
+    snapshot,
+)
 
-
-@pytest.fixture
-def run(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, dsn: str, table: str
-) -> Cli:
-    monkeypatch.setenv("PGQUEUE_DSN", dsn)
-    monkeypatch.setenv("PGQUEUE_TABLE", table)
-    return Cli(capsys)
-
-
-@pytest.fixture
-def queue(dsn: str, table: str) -> Iterator[pgqueue.Queue]:
-    with pgqueue.Queue(dsn, table=table) as q:
-        q.install()
-        yield q
+__all__ = ["queue", "run"]  # fixtures, used by name
 
 
 def register(q: pgqueue.Queue, kind: str, /, **options: object) -> None:

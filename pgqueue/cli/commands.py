@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 from ..core.jobs import DEFAULT_QUEUE, DuplicateJob, JobStatus, validate_spec
 from ..sync.queue import Queue
@@ -39,6 +40,21 @@ def cmd_migrate(queue: Queue, args: argparse.Namespace) -> int:
     return 0
 
 
+def _job_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The job's options as ``enqueue`` and `validate_spec` take them."""
+    return {
+        "run_at": args.run_at,
+        "delay": args.delay,
+        "max_attempts": args.max_attempts,
+        "queue": args.queue,
+        "priority": args.priority,
+        "unique_key": args.unique_key,
+        "unique": args.unique,
+        "unique_for": args.unique_for,
+        "on_duplicate": args.on_duplicate,
+    }
+
+
 def prepare_enqueue(args: argparse.Namespace) -> None:
     """Read and check the job before connecting: bad input writes nothing."""
     text = sys.stdin.read() if args.payload == "-" else args.payload
@@ -51,19 +67,7 @@ def prepare_enqueue(args: argparse.Namespace) -> None:
     args.unique = args.unique or "queued"
     args.on_duplicate = args.on_duplicate or "return"
     try:
-        validate_spec(
-            args.kind,
-            args.payload,
-            run_at=args.run_at,
-            delay=args.delay,
-            max_attempts=args.max_attempts,
-            queue=args.queue,
-            priority=args.priority,
-            unique_key=args.unique_key,
-            unique=args.unique,
-            unique_for=args.unique_for,
-            on_duplicate=args.on_duplicate,
-        )
+        validate_spec(args.kind, args.payload, **_job_options(args))
     except (TypeError, ValueError) as exc:
         raise UsageError(str(exc)) from None
 
@@ -73,19 +77,8 @@ def cmd_enqueue(queue: Queue, args: argparse.Namespace) -> int:
     ``--on-duplicate raise``."""
 
     def enqueue(on_duplicate: str) -> int:
-        return queue.enqueue(
-            args.kind,
-            args.payload,
-            run_at=args.run_at,
-            delay=args.delay,
-            max_attempts=args.max_attempts,
-            queue=args.queue,
-            priority=args.priority,
-            unique_key=args.unique_key,
-            unique=args.unique,
-            unique_for=args.unique_for,
-            on_duplicate=on_duplicate,
-        )
+        options = {**_job_options(args), "on_duplicate": on_duplicate}
+        return queue.enqueue(args.kind, args.payload, **options)
 
     def done(job_id: int, text: str, *, duplicate: bool = False, replaced: bool = False) -> int:
         data = {

@@ -14,8 +14,8 @@ from ..core.jobs import (
     DEFAULT_QUEUE,
     DEFAULT_VISIBILITY_TIMEOUT,
     ON_DUPLICATE,
+    ROW_STATUSES,
     UNIQUE_SCOPES,
-    JobStatus,
 )
 from ..sync.queue import Queue
 from .argtypes import (
@@ -203,7 +203,7 @@ def add_operator_commands(commands: Any) -> None:
     jobs = nested("jobs", "list and show jobs")
     jobs_list = leaf(jobs, "list", cmd_jobs_list, "list jobs in id order")
     jobs_list.add_argument(
-        "--status", choices=[s.value for s in JobStatus], help="only jobs in this status"
+        "--status", choices=[s.value for s in ROW_STATUSES], help="only jobs in this status"
     )
     kinds_option(jobs_list, "jobs")
     queues_option(jobs_list, "jobs")

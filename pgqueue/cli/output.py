@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from ..core.jobs import Job, JobStatus, Stats
+from ..core.jobs import ROW_STATUSES, Job, JobStatus, Stats
 from ..core.ops import QueueState
 
 
@@ -130,7 +130,7 @@ def stats_json(table: str, stats: Stats, lease: timedelta) -> dict[str, Any]:
 
 def stats_text(table: str, stats: Stats, lease: timedelta) -> str:
     """`Stats` as aligned tables for people."""
-    statuses = list(JobStatus)
+    statuses = list(ROW_STATUSES)
     by_status: list[list[object]] = [[s.value, stats.by_status.get(s, 0)] for s in statuses]
     parts = [
         f"queue {table}",
@@ -169,7 +169,7 @@ def queue_json(state: QueueState) -> dict[str, Any]:
     return {
         "name": state.name,
         "paused": state.paused,
-        "by_status": {s.value: state.counts.get(s, 0) for s in JobStatus},
+        "by_status": {s.value: state.counts.get(s, 0) for s in ROW_STATUSES},
     }
 
 
@@ -177,7 +177,7 @@ def queues_text(states: Sequence[QueueState]) -> str:
     """Queues as an aligned table, for people."""
     if not states:
         return "no queues (no jobs, and no queue ever paused)"
-    statuses = list(JobStatus)
+    statuses = list(ROW_STATUSES)
     rows: list[list[object]] = [
         [q.name, "yes" if q.paused else "no", *(q.counts.get(s, 0) for s in statuses)]
         for q in states
@@ -190,7 +190,7 @@ def counts_text(counts: Mapping[JobStatus, int]) -> str:
     """``2 pending, 1 running, 0 dead``, or ``no jobs``."""
     if not any(counts.values()):
         return "no jobs"
-    return ", ".join(f"{counts.get(s, 0)} {s.value}" for s in JobStatus)
+    return ", ".join(f"{counts.get(s, 0)} {s.value}" for s in ROW_STATUSES)
 
 
 def indent(text: str) -> str:

@@ -80,10 +80,16 @@ class JobStatus(enum.StrEnum):
     PENDING = "pending"
     RUNNING = "running"
     DEAD = "dead"
+    # Never in the table: what recording an outcome reports for a job whose
+    # cancellation was requested (`cancel`); its row is gone.
+    CANCELLED = "cancelled"
 
     def __str__(self) -> str:
         return self.value
 
+
+# The statuses a job row can have (`JobStatus.CANCELLED` is never one).
+ROW_STATUSES: tuple[JobStatus, ...] = (JobStatus.PENDING, JobStatus.RUNNING, JobStatus.DEAD)
 
 # JobStatus by value, without an Enum call per row read.
 _STATUSES: dict[str, JobStatus] = {s.value: s for s in JobStatus}
@@ -107,6 +113,12 @@ class Job:
     queue: str = DEFAULT_QUEUE
     priority: int = 0
     unique_key: str | None = None
+    result_ttl: timedelta | None = None
+    """How long its outcome and return value are kept (`enqueue(result_ttl=)`), or None."""
+    limit_key: str | None = None
+    """The concurrency limit it counts against (`set_limit`), or None."""
+    cancel_requested: bool = False
+    """Whether `cancel` asked for this job to stop (as read when it was fetched)."""
 
     @property
     def orphaned(self) -> bool:
@@ -137,13 +149,17 @@ class Job:
             queue=row["queue"],
             priority=row["priority"],
             unique_key=row["unique_key"],
+            result_ttl=_seconds(row["result_ttl"]),
+            limit_key=row["limit_key"],
+            cancel_requested=row["cancel_requested"],
         )
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> Job:
         """Build a job from a row in the order of `pgqueue.core.sql.JOB_COLUMNS`."""
         (id_, kind, payload, attempts, max_attempts, status, run_at, last_error, locked_by,
-         locked_at, created_at, queue, priority, unique_key) = row  # fmt: skip
+         locked_at, created_at, queue, priority, unique_key, result_ttl, limit_key,
+         cancel_requested) = row  # fmt: skip
         return cls(
             id=id_,
             kind=kind,
@@ -159,7 +175,14 @@ class Job:
             queue=queue,
             priority=priority,
             unique_key=unique_key,
+            result_ttl=_seconds(result_ttl),
+            limit_key=limit_key,
+            cancel_requested=cancel_requested,
         )
+
+
+def _seconds(value: float | None) -> timedelta | None:
+    return None if value is None else timedelta(seconds=value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +190,7 @@ class JobSpec:
     """A job to enqueue, for `enqueue_many`.
 
     >>> JobSpec("send_receipt", {"order_id": 7}, delay=timedelta(minutes=5))
-    JobSpec(kind='send_receipt', payload={'order_id': 7}, run_at=None, delay=datetime.timedelta(seconds=300), max_attempts=3, queue='default', priority=0, unique_key=None, unique='queued', unique_for=None, on_duplicate='return')
+    JobSpec(kind='send_receipt', payload={'order_id': 7}, run_at=None, delay=datetime.timedelta(seconds=300), max_attempts=3, queue='default', priority=0, unique_key=None, unique='queued', unique_for=None, on_duplicate='return', result_ttl=None, limit_key=None)
     """  # noqa: E501
 
     kind: str
@@ -181,6 +204,8 @@ class JobSpec:
     unique: str = "queued"
     unique_for: timedelta | None = None
     on_duplicate: str = "return"
+    result_ttl: timedelta | None = None
+    limit_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +236,8 @@ class ValidatedSpec:
     queue: str = DEFAULT_QUEUE
     priority: int = 0
     unique: Unique | None = None
+    result_ttl: timedelta | None = None
+    limit_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,6 +357,8 @@ def validate_spec(
     unique: str = "queued",
     unique_for: timedelta | None = None,
     on_duplicate: str = "return",
+    result_ttl: timedelta | None = None,
+    limit_key: str | None = None,
 ) -> ValidatedSpec:
     """Check one job's arguments; raise TypeError or ValueError on the first bad one."""
     kind = validate_kind(kind)
@@ -348,8 +377,20 @@ def validate_spec(
         if run_at.tzinfo is None or run_at.utcoffset() is None:
             raise ValueError("run_at must be timezone-aware (a naive datetime is ambiguous)")
     delay = _NO_DELAY if delay is None else validate_delay(delay, "delay")
+    if result_ttl is not None:
+        result_ttl = validate_timeout(result_ttl, "result_ttl")
+        if result_ttl > MAX_DELAY:
+            raise ValueError(f"result_ttl must be at most {MAX_DELAY.days} days, got {result_ttl}")
+    if limit_key is not None:
+        limit_key = validate_limit_key(limit_key)
     payload_json = encode_payload(payload)
-    return ValidatedSpec(kind, payload_json, run_at, delay, max_attempts, queue, priority, rule)
+    return ValidatedSpec(kind, payload_json, run_at, delay, max_attempts, queue, priority, rule,
+                         result_ttl, limit_key)  # fmt: skip
+
+
+def validate_limit_key(key: object) -> str:
+    """The key of a concurrency limit (`limit_key=`, `set_limit`)."""
+    return _validate_name(key, "limit_key")
 
 
 def _validate_name(value: object, what: str) -> str:
@@ -461,6 +502,8 @@ def validate_specs(specs: Iterable[SpecLike]) -> list[ValidatedSpec]:
                     unique=spec.unique,
                     unique_for=spec.unique_for,
                     on_duplicate=spec.on_duplicate,
+                    result_ttl=spec.result_ttl,
+                    limit_key=spec.limit_key,
                 )
             )
         elif isinstance(spec, tuple) and len(spec) == 2:
@@ -543,14 +586,17 @@ def validate_claim_bytes(value: object) -> int | None:
 
 def validate_status(status: object) -> JobStatus:
     """A `JobStatus`, or its name as text; anything else is refused."""
-    if isinstance(status, JobStatus):
+    if isinstance(status, JobStatus) and status in ROW_STATUSES:
         return status
     if not isinstance(status, str):
         raise TypeError(f"status must be a JobStatus or a str, not {type(status).__name__}")
     try:
-        return JobStatus(status)
+        found = JobStatus(status)
+        if found not in ROW_STATUSES:
+            raise ValueError(found)
+        return found
     except ValueError:
-        known = ", ".join(s.value for s in JobStatus)
+        known = ", ".join(s.value for s in ROW_STATUSES)
         raise ValueError(f"unknown job status {status!r}: expected one of {known}") from None
 
 

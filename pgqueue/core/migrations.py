@@ -69,6 +69,12 @@ class SchemaNames:
     queues: sql.Identifier
     unique_leases: sql.Identifier
     schedules: sql.Identifier
+    unlimited_index: sql.Identifier
+    limited_index: sql.Identifier
+    results: sql.Identifier
+    results_index: sql.Identifier
+    limits: sql.Identifier
+    limit_slots: sql.Identifier
     versions: sql.Identifier
     # The key of this table's rows in ``pgqueue_schema``, which lives in
     # the same schema: the table's own name is unique there.
@@ -78,6 +84,8 @@ class SchemaNames:
     versions_regclass: str
     running_index_regclass: str
     claim_index_regclass: str
+    unlimited_index_regclass: str
+    limited_index_regclass: str
     unique_index_regclasses: dict[str, str]  # by scope
 
     @classmethod
@@ -100,6 +108,12 @@ class SchemaNames:
             queues=sql.Identifier(*schema, f"{name}_queues"),
             unique_leases=sql.Identifier(*schema, f"{name}_unique_leases"),
             schedules=sql.Identifier(*schema, f"{name}_schedules"),
+            unlimited_index=sql.Identifier(f"{name}_unlimited"),
+            limited_index=sql.Identifier(f"{name}_limited"),
+            results=sql.Identifier(*schema, f"{name}_results"),
+            results_index=sql.Identifier(f"{name}_results_expiry"),
+            limits=sql.Identifier(*schema, f"{name}_limits"),
+            limit_slots=sql.Identifier(*schema, f"{name}_limit_slots"),
             versions=versions,
             key=name,
             regclass=ident.as_bytes(None).decode(),
@@ -107,6 +121,8 @@ class SchemaNames:
             # An index lives in its table's schema.
             running_index_regclass=_quoted(*schema, f"{name}_running"),
             claim_index_regclass=_quoted(*schema, f"{name}_claim"),
+            unlimited_index_regclass=_quoted(*schema, f"{name}_unlimited"),
+            limited_index_regclass=_quoted(*schema, f"{name}_limited"),
             unique_index_regclasses={
                 scope: _quoted(*schema, f"{name}_unique_{scope}") for scope in UNIQUE_PREDICATES
             },
@@ -128,6 +144,12 @@ class SchemaNames:
                 queues=self.queues,
                 unique_leases=self.unique_leases,
                 schedules=self.schedules,
+                unlimited_index=self.unlimited_index,
+                limited_index=self.limited_index,
+                results=self.results,
+                results_index=self.results_index,
+                limits=self.limits,
+                limit_slots=self.limit_slots,
                 orphaned=ORPHANED,
                 versions=self.versions,
             )
@@ -471,6 +493,12 @@ CREATE TABLE IF NOT EXISTS {schedules} (
     # an upgrade does not stop the workers of an application whose runtime
     # role the owner granted the queue table only (docs/reliability.md,
     # "Least privilege").
+    yield from _grant_like_queue_table(n, n.queues, n.unique_leases, n.schedules)
+
+
+def _grant_like_queue_table(n: SchemaNames, *tables: sql.Identifier) -> Plan[None]:
+    """Grant ``tables`` to every role granted the queue table, with the same
+    privileges (of SELECT, INSERT, UPDATE, DELETE)."""
     grants = yield Query(
         b"""
 SELECT pg_get_userbyid(a.grantee), a.privilege_type
@@ -485,16 +513,116 @@ SELECT pg_get_userbyid(a.grantee), a.privilege_type
         by_role.setdefault(role, []).append(privilege)
     for role, privileges in by_role.items():
         yield Query(
-            sql.SQL("GRANT {} ON {}, {}, {} TO {}")
+            sql.SQL("GRANT {} ON {} TO {}")
             .format(
                 sql.SQL(", ").join(map(sql.SQL, privileges)),
-                n.queues,
-                n.unique_leases,
-                n.schedules,
+                sql.SQL(", ").join(tables),
                 sql.Identifier(role),
             )
             .as_bytes(None)
         )
+
+
+# The claim index of migration 8 as pg_get_indexdef shows it after " USING ".
+UNLIMITED_INDEX_DEFINITION: Final = (
+    "btree (queue, priority, run_at, id) WHERE ((status = 'pending'::text) AND (limit_key IS NULL))"
+)
+LIMITED_INDEX_DEFINITION: Final = (
+    "btree (limit_key, priority DESC, run_at, id)"
+    " WHERE ((status = 'pending'::text) AND (limit_key IS NOT NULL))"
+)
+
+
+def _cancel_results_limits(n: SchemaNames) -> Plan[None]:
+    # Cancellation, results and limits (docs/cancel.md, docs/results.md,
+    # docs/limits.md). Columns without defaults: adding them rewrites nothing.
+    yield Query(
+        n.render("""
+ALTER TABLE {table}
+    ADD COLUMN IF NOT EXISTS cancel_requested_at timestamptz,
+    ADD COLUMN IF NOT EXISTS result_ttl interval,
+    ADD COLUMN IF NOT EXISTS limit_key text""")
+    )
+    yield Query(n.render("ALTER TABLE {table} ADD CHECK (result_ttl > interval '0') NOT VALID"))
+    # History records cancelled jobs too.
+    checks = yield Query(
+        b"""
+SELECT conname FROM pg_constraint
+ WHERE conrelid = %s::regclass AND contype = 'c' AND pg_get_constraintdef(oid) LIKE %s""",
+        (n.history.as_bytes(None).decode(), "%outcome%"),
+    )
+    for (name,) in checks:
+        yield Query(
+            sql.SQL("ALTER TABLE {} DROP CONSTRAINT {}")
+            .format(n.history, sql.Identifier(name))
+            .as_bytes(None)
+        )
+    yield Query(
+        n.render(
+            "ALTER TABLE {history} ADD CHECK (outcome IN ('succeeded', 'dead', 'cancelled'))"
+            " NOT VALID"
+        )
+    )
+    # The claim index, again: a job held back by a limit is claimed through
+    # the limited index, by its key, when a slot is free; the claim of every
+    # other job must not read past such jobs, so they leave its index.
+    yield from _check_prebuilt_index(n, n.unlimited_index_regclass, UNLIMITED_INDEX_DEFINITION)
+    yield Query(
+        n.render(
+            "CREATE INDEX IF NOT EXISTS {unlimited_index} ON {table} (queue, priority, run_at, id)"
+            " WHERE status = 'pending' AND limit_key IS NULL"
+        )
+    )
+    yield Query(n.render("DROP INDEX IF EXISTS {claim_index}"))
+    yield from _check_prebuilt_index(n, n.limited_index_regclass, LIMITED_INDEX_DEFINITION)
+    yield Query(
+        n.render(
+            "CREATE INDEX IF NOT EXISTS {limited_index} ON {table}"
+            " (limit_key, priority DESC, run_at, id)"
+            " WHERE status = 'pending' AND limit_key IS NOT NULL"
+        )
+    )
+    # Results of jobs enqueued with result_ttl, kept until expires_at.
+    yield Query(
+        n.render("""
+CREATE TABLE IF NOT EXISTS {results} (
+    job_id      bigint PRIMARY KEY,
+    kind        text NOT NULL,
+    queue       text NOT NULL,
+    outcome     text NOT NULL CHECK (outcome IN ('succeeded', 'dead', 'cancelled')),
+    value       jsonb,
+    error       text,
+    attempts    integer NOT NULL,
+    finished_at timestamptz NOT NULL DEFAULT now(),
+    expires_at  timestamptz NOT NULL
+)""")
+    )
+    yield Query(n.render("CREATE INDEX IF NOT EXISTS {results_index} ON {results} (expires_at)"))
+    # Limits: the most jobs of a key that may run at once, as that many slot
+    # rows. A claim takes a free slot (SKIP LOCKED) for each job it takes,
+    # and writes the job's id and attempt in it; the statement that records
+    # the job's outcome (or the reaper's) frees it, fenced by both.
+    yield Query(
+        n.render("""
+CREATE TABLE IF NOT EXISTS {limits} (
+    limit_key  text PRIMARY KEY,
+    max_running integer NOT NULL CHECK (max_running >= 0),
+    changed_at timestamptz NOT NULL DEFAULT now()
+)""")
+    )
+    yield Query(
+        n.render("""
+CREATE TABLE IF NOT EXISTS {limit_slots} (
+    limit_key text NOT NULL,
+    slot      integer NOT NULL,
+    job_id    bigint,
+    attempt   integer,
+    taken_at  timestamptz,
+    PRIMARY KEY (limit_key, slot),
+    CHECK ((job_id IS NULL) = (attempt IS NULL))
+)""")
+    )
+    yield from _grant_like_queue_table(n, n.results, n.limits, n.limit_slots)
 
 
 MIGRATIONS: Final[tuple[Migration, ...]] = (
@@ -509,6 +637,7 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
         "queues, priorities, unique jobs and schedules",
         _queues_priorities_unique_schedules,
     ),
+    Migration(8, "cancellation, results and limits", _cancel_results_limits),
 )
 LATEST_VERSION: Final = MIGRATIONS[-1].version
 
@@ -557,7 +686,10 @@ def uninstall_plan(n: SchemaNames) -> Plan[None]:
     """Drop the queue table, its history table and its schema record."""
     yield Query(_INSTALL_LOCK)
     yield Query(
-        n.render("DROP TABLE IF EXISTS {table}, {history}, {queues}, {unique_leases}, {schedules}")
+        n.render(
+            "DROP TABLE IF EXISTS {table}, {history}, {queues}, {unique_leases}, {schedules},"
+            " {results}, {limits}, {limit_slots}"
+        )
     )
     ((exists,),) = yield Query(b"SELECT to_regclass(%s) IS NOT NULL", (n.versions_regclass,))
     if exists:

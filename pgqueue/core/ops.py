@@ -8,7 +8,7 @@ is decided here, once.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -18,6 +18,7 @@ from .jobs import (
     DEFAULT_QUEUE,
     DEFAULT_VISIBILITY_TIMEOUT,
     LEASE_EXPIRED,
+    ROW_STATUSES,
     DuplicateJob,
     Job,
     JobNotRunning,
@@ -33,6 +34,7 @@ from .jobs import (
     validate_job_id,
     validate_kinds,
     validate_limit,
+    validate_limit_key,
     validate_queue,
     validate_queues,
     validate_spec,
@@ -42,6 +44,7 @@ from .jobs import (
 )
 from .migrations import SchemaNames, install_plan, uninstall_plan, version_plan
 from .plans import Copy, Operation, Plan, Query, Rows, Step, drive, needs_transaction
+from .results import JobResult
 from .schedules import (
     Schedule,
     ScheduleState,
@@ -54,8 +57,11 @@ from .sql import Statements
 from .states import Event, next_state
 
 __all__ = [
+    "Cancelled",
     "Copy",
     "Cycle",
+    "Heartbeat",
+    "LimitState",
     "Operation",
     "Plan",
     "QueueCore",
@@ -98,6 +104,36 @@ class QueueState:
     name: str
     paused: bool
     counts: dict[JobStatus, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """What a heartbeat found: the jobs still held (leases renewed), and
+    those of them whose cancellation was requested."""
+
+    held: list[int]
+    cancel: list[int]
+
+
+@dataclass(frozen=True, slots=True)
+class Cancelled:
+    """What `cancel` did: jobs removed at once (waiting or dead), running jobs
+    asked to stop, and ids not in the queue (finished, or never there)."""
+
+    deleted: list[int]
+    requested: list[int]
+    not_found: list[int]
+
+
+@dataclass(frozen=True, slots=True)
+class LimitState:
+    """A concurrency limit as `limits()` reports it."""
+
+    key: str
+    max_running: int  # 1 until set_limit sets it
+    running: int
+    waiting: int
+    set: bool  # whether set_limit set it
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +207,8 @@ class QueueCore:
         unique: str = "queued",
         unique_for: timedelta | None = None,
         on_duplicate: str = "return",
+        result_ttl: timedelta | None = None,
+        limit_key: str | None = None,
     ) -> Operation[int]:
         spec = validate_spec(
             kind,
@@ -184,8 +222,10 @@ class QueueCore:
             unique=unique,
             unique_for=unique_for,
             on_duplicate=on_duplicate,
+            result_ttl=result_ttl,
+            limit_key=limit_key,
         )
-        return Operation(self._enqueue_one(spec))
+        return Operation(self._enqueue_one(spec), atomic=spec.limit_key is not None)
 
     def _enqueue_one(self, spec: ValidatedSpec) -> Plan[int]:
         params: dict[str, Any] = {
@@ -196,8 +236,12 @@ class QueueCore:
             "max_attempts": spec.max_attempts,
             "queue": spec.queue,
             "priority": spec.priority,
+            "result_ttl": spec.result_ttl,
+            "limit_key": spec.limit_key,
             "channel": self.channel,
         }
+        if spec.limit_key is not None:
+            yield Query(self.sql.ensure_slots, {"keys": [spec.limit_key]})
         rule = spec.unique
         if rule is None:
             rows = yield Query(self.sql.enqueue, params)
@@ -238,6 +282,9 @@ class QueueCore:
             # Unique jobs go one by one, each with its key's rule; the rest
             # are written together.
             plain = [s for s in checked if s.unique is None]
+            keys = sorted({s.limit_key for s in checked if s.limit_key is not None})
+            if keys:
+                yield Query(self.sql.ensure_slots, {"keys": keys})
             ids: list[int] = []
             if plain:
                 rows = yield Query(self.sql.allocate_ids, (self.schema.regclass, len(plain)))
@@ -247,7 +294,7 @@ class QueueCore:
                 # neither runs jobs early nor holds them back.
                 records = [
                     (i, s.kind, s.payload_json, s.run_at or db_now + s.delay, s.max_attempts,
-                     s.queue, s.priority)
+                     s.queue, s.priority, s.result_ttl, s.limit_key)
                     for i, s in zip(ids, plain, strict=True)
                 ]  # fmt: skip
                 if len(records) >= COPY_THRESHOLD or _too_heavy_for_arrays(plain):
@@ -338,14 +385,16 @@ class QueueCore:
         kinds: Iterable[str] | None = None,
         queues: Iterable[str] | None = None,
         claim_bytes: int | None = None,
+        results: Mapping[int, str] | None = None,
     ) -> Operation[Cycle]:
         """One turn of a worker: record its outcomes and claim its next batch,
         in one statement (see `Statements.cycle`); the batch stops at the job
-        whose payload takes it past ``claim_bytes``, if given."""
+        whose payload takes it past ``claim_bytes``, if given. ``results``: the
+        return values (JSON text) of the successes that keep one."""
         claim = self._claim_params(limit, worker, kinds, queues)
         if validate_claim_bytes(claim_bytes) is not None:
             claim["claim_bytes"] = claim_bytes
-        return self._cycle(succeeded, failures, worker, claim)
+        return self._cycle(succeeded, failures, worker, claim, results)
 
     def _cycle(
         self,
@@ -353,29 +402,39 @@ class QueueCore:
         failures: Sequence[Failure],
         worker: str,
         claim: dict[str, Any],
+        results: Mapping[int, str] | None = None,
     ) -> Operation[Cycle]:
         claim = dict(claim)
         limit = claim.pop("limit")
         statement = self.sql.turn(
             "queues" in claim, "kinds" in claim, "claim_bytes" in claim, limit
         )
-        params = {**claim, "worker": worker, "done": list(succeeded), **_failure_arrays(failures)}
+        params = {
+            **claim,
+            "worker": worker,
+            "done": list(succeeded),
+            **_failure_arrays(failures),
+            **_result_arrays(results),
+        }
 
         def plan() -> Plan[Cycle]:
-            ((done, failed, statuses, claimed),) = yield Query(statement, params)
+            ((done, failed, statuses, claimed, _),) = yield Query(statement, params)
             written = {i: JobStatus(s) for i, s in zip(failed, statuses, strict=True)}
             return Cycle(done, written, _in_claim_order(map(Job.from_json, claimed)))
 
         return Operation(plan())
 
-    def complete(self, jobs_or_ids: Iterable[Job | int]) -> Operation[list[int]]:
+    def complete(
+        self, jobs_or_ids: Iterable[Job | int], results: Mapping[int, str] | None = None
+    ) -> Operation[list[int]]:
         ids = validate_ids(jobs_or_ids)
+        params = {"done": ids, **_result_arrays(results)}
 
         def plan() -> Plan[list[int]]:
             if not ids:
                 return []
-            rows = yield Query(self.sql.complete, (ids,))
-            return [r[0] for r in rows]
+            ((done, _),) = yield Query(self.sql.complete, params)
+            return list(done)
 
         return Operation(plan())
 
@@ -396,7 +455,7 @@ class QueueCore:
             delay = timedelta(0)
         elif retry_in is not None:
             delay = retry_in
-        elif event is Event.EXPIRE:
+        elif event is Event.EXPIRE or event is Event.CANCEL:
             delay = timedelta(0)
         else:
             delay = self.backoff.delay(job.attempts)
@@ -408,7 +467,7 @@ class QueueCore:
             if not failures:
                 return {}
             rows = yield self._failures_query(failures)
-            return {r[0]: JobStatus(r[1]) for r in rows}
+            return _written(rows)
 
         return Operation(plan())
 
@@ -423,12 +482,17 @@ class QueueCore:
             ) from None
 
     def settle(
-        self, succeeded: Sequence[int], failures: Sequence[Failure], *, worker: str
+        self,
+        succeeded: Sequence[int],
+        failures: Sequence[Failure],
+        *,
+        worker: str,
+        results: Mapping[int, str] | None = None,
     ) -> Operation[tuple[list[int], dict[int, JobStatus]]]:
         """A worker's batch of outcomes, in one statement whatever its size: a
         turn of the cycle that claims nothing. Successes are fenced by the
         worker's name, failures by their claim."""
-        turn = self._cycle(succeeded, failures, worker, {"limit": 0})
+        turn = self._cycle(succeeded, failures, worker, {"limit": 0}, results)
 
         def plan() -> Plan[tuple[list[int], dict[int, JobStatus]]]:
             if not succeeded and not failures:
@@ -460,6 +524,7 @@ class QueueCore:
             if not ours:
                 return {}  # another worker is reaping this table right now
             yield Query(self.sql.prune_leases)
+            yield Query(self.sql.prune_results)
             rows = yield Query(self.sql.expired, (timeout,))
             failures = [
                 self.failure(
@@ -472,16 +537,16 @@ class QueueCore:
             if not failures:
                 return {}
             written = yield self._failures_query(failures)
-            return {r[0]: JobStatus(r[1]) for r in written}
+            return _written(written)
 
         return Operation(plan(), atomic=True)
 
-    def heartbeat(self, ids: Sequence[int], *, worker: str) -> Operation[list[int]]:
-        def plan() -> Plan[list[int]]:
+    def heartbeat(self, ids: Sequence[int], *, worker: str) -> Operation[Heartbeat]:
+        def plan() -> Plan[Heartbeat]:
             if not ids:
-                return []
+                return Heartbeat([], [])
             rows = yield Query(self.sql.heartbeat, (list(ids), worker))
-            return [r[0] for r in rows]
+            return Heartbeat([r[0] for r in rows], [r[0] for r in rows if r[1]])
 
         return Operation(plan())
 
@@ -507,6 +572,58 @@ class QueueCore:
 
         return Operation(plan())
 
+    # -- job control (docs/cancel.md, docs/results.md, docs/limits.md) ----
+
+    def cancel(self, job_ids: Iterable[Job | int]) -> Operation[Cancelled]:
+        """Cancel jobs: waiting and dead ones go now; running ones are asked to stop."""
+        ids = sorted(set(validate_ids(job_ids)))
+        params = {"ids": ids, "control": self.sql.control_channel}
+
+        def plan() -> Plan[Cancelled]:
+            if not ids:
+                return Cancelled([], [], [])
+            ((deleted, requested, _, _),) = yield Query(self.sql.cancel, params)
+            found = set(deleted) | set(requested)
+            return Cancelled(sorted(deleted), sorted(requested), [i for i in ids if i not in found])
+
+        return Operation(plan())
+
+    def result(self, job_id: Job | int) -> Operation[JobResult | None]:
+        """Where a job stands: its row, else its kept result; None if neither."""
+        (job_id,) = validate_ids([job_id])
+
+        def plan() -> Plan[JobResult | None]:
+            rows = yield Query(self.sql.result, {"id": job_id})
+            return JobResult.from_row(job_id, rows[0]) if rows else None
+
+        return Operation(plan())
+
+    def set_limit(self, key: str, max_running: int) -> Operation[None]:
+        """At most ``max_running`` jobs with ``limit_key=key`` run at once."""
+        key = validate_limit_key(key)
+        if isinstance(max_running, bool) or not isinstance(max_running, int):
+            raise TypeError(f"a limit must be an int, not {type(max_running).__name__}")
+        if not 0 <= max_running <= 100_000:
+            raise ValueError(f"a limit must be from 0 to 100000 running jobs, got {max_running}")
+        params = {"key": key, "n": max_running, "channel": self.channel}
+
+        def plan() -> Plan[None]:
+            yield Query(self.sql.set_limit, params)
+
+        return Operation(plan())
+
+    def limits(self) -> Operation[list[LimitState]]:
+        """Every limit key in use or set, by name."""
+
+        def plan() -> Plan[list[LimitState]]:
+            rows = yield Query(self.sql.limit_states)
+            return [
+                LimitState(key, 1 if limit is None else limit, running, waiting, limit is not None)
+                for key, limit, running, waiting in rows
+            ]
+
+        return Operation(plan())
+
     def stats(self, visibility_timeout: timedelta | None = None) -> Operation[Stats]:
         timeout = validate_timeout(
             DEFAULT_VISIBILITY_TIMEOUT if visibility_timeout is None else visibility_timeout,
@@ -515,7 +632,7 @@ class QueueCore:
 
         def plan() -> Plan[Stats]:
             rows = yield Query(self.sql.stats, (timeout,))
-            by_status = dict.fromkeys(JobStatus, 0)
+            by_status = dict.fromkeys(ROW_STATUSES, 0)
             by_kind: dict[str, dict[JobStatus, int]] = {}
             by_queue: dict[str, dict[JobStatus, int]] = {}
             by_priority: dict[int, dict[JobStatus, int]] = {}
@@ -525,7 +642,7 @@ class QueueCore:
                 st = JobStatus(status)
                 by_status[st] += count
                 for table, key in ((by_kind, kind), (by_queue, queue), (by_priority, priority)):
-                    table.setdefault(key, dict.fromkeys(JobStatus, 0))[st] += count
+                    table.setdefault(key, dict.fromkeys(ROW_STATUSES, 0))[st] += count
                 if age is not None:
                     ages.append(age)
                 expired += past_lease
@@ -558,7 +675,7 @@ class QueueCore:
             found: dict[str, QueueState] = {}
             for name, paused, status, count in rows:
                 state = found.setdefault(
-                    name, QueueState(name, paused, dict.fromkeys(JobStatus, 0))
+                    name, QueueState(name, paused, dict.fromkeys(ROW_STATUSES, 0))
                 )
                 state.counts[JobStatus(status)] += count
             return list(found.values())
@@ -729,9 +846,11 @@ def _too_heavy_for_arrays(specs: Sequence[ValidatedSpec]) -> bool:
 _COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"})
 
 
-def copy_text(records: Iterable[tuple[int, str, str, datetime, int, str, int]]) -> bytes:
+def copy_text(
+    records: Iterable[tuple[int, str, str, datetime, int, str, int, timedelta | None, str | None]],
+) -> bytes:
     """Rows of `INSERT_COLUMNS` (id, kind, payload JSON, run_at, max_attempts,
-    queue, priority) in COPY's text format.
+    queue, priority, result_ttl, limit_key) in COPY's text format.
 
     Formatting here, in one pass, costs a fraction of psycopg's per-row
     ``write_row`` for the simple types of a job. A batch repeats a few kinds
@@ -740,7 +859,7 @@ def copy_text(records: Iterable[tuple[int, str, str, datetime, int, str, int]]) 
     texts: dict[str, str] = {}  # kinds and queue names, escaped
     times: dict[datetime, str] = {}
     lines = []
-    for job_id, kind, payload, run_at, max_attempts, queue, priority in records:
+    for job_id, kind, payload, run_at, max_attempts, queue, priority, ttl, key in records:
         k = texts.get(kind)
         if k is None:
             k = texts[kind] = kind.translate(_COPY_ESCAPES)
@@ -752,7 +871,12 @@ def copy_text(records: Iterable[tuple[int, str, str, datetime, int, str, int]]) 
             t = times[run_at] = run_at.isoformat()
         # JSON text has no raw tab, newline or carriage return: only backslashes to double.
         p = payload.replace("\\", "\\\\")
-        lines.append(f"{job_id}\t{k}\t{p}\t{t}\t{max_attempts}\t{q}\t{priority}\n")
+        r = "\\N" if ttl is None else f"{ttl.total_seconds()} seconds"
+        lk = "\\N" if key is None else texts.get(key)
+        if lk is None:
+            assert key is not None
+            lk = texts[key] = key.translate(_COPY_ESCAPES)
+        lines.append(f"{job_id}\t{k}\t{p}\t{t}\t{max_attempts}\t{q}\t{priority}\t{r}\t{lk}\n")
     return "".join(lines).encode()
 
 
@@ -767,6 +891,19 @@ def _failure_arrays(failures: Sequence[Failure]) -> dict[str, list[Any]]:
         "f_delay": [f.delay for f in failures],
         "f_error": [f.error for f in failures],
     }
+
+
+def _result_arrays(results: Mapping[int, str] | None) -> dict[str, list[Any]]:
+    """The return values a statement that records successes keeps (JSON text)."""
+    if not results:
+        return {"r_id": [], "r_value": []}
+    return {"r_id": list(results), "r_value": list(results.values())}
+
+
+def _written(rows: Rows) -> dict[int, JobStatus]:
+    """What the failures statement wrote: each job's status after it."""
+    ((ids, statuses, _),) = rows
+    return {i: JobStatus(s) for i, s in zip(ids, statuses, strict=True)}
 
 
 def _in_claim_order(jobs: Iterable[Job]) -> list[Job]:

@@ -48,7 +48,15 @@ JOB_COLUMNS: Final = (
     "queue",
     "priority",
     "unique_key",
+    "result_ttl",
+    "limit_key",
+    "cancel_requested",
 )
+# Columns read as an expression (`Job` takes plain values): the rest are read as they are.
+_READ_AS: Final = {
+    "result_ttl": "extract(epoch FROM {}result_ttl)::float8",
+    "cancel_requested": "{}cancel_requested_at IS NOT NULL",
+}
 
 # The columns the history table copies from a job that leaves the queue.
 HISTORY_COLUMNS: Final = (
@@ -65,7 +73,21 @@ HISTORY_COLUMNS: Final = (
 )
 
 # The columns `enqueue_many` writes, in the order of its COPY and unnest().
-INSERT_COLUMNS: Final = ("id", "kind", "payload", "run_at", "max_attempts", "queue", "priority")
+INSERT_COLUMNS: Final = (
+    "id",
+    "kind",
+    "payload",
+    "run_at",
+    "max_attempts",
+    "queue",
+    "priority",
+    "result_ttl",
+    "limit_key",
+)
+# What a job that leaves the table (deleted) must tell the statement that
+# deleted it, beyond the history's columns: to free its limit's slot (fenced
+# by its attempt) and to keep its result.
+_LEAVING: Final = ("attempts", "kind", "queue", "limit_key", "result_ttl", "last_error")
 
 RELOAD_CONF: Final = b"SELECT pg_reload_conf()"
 
@@ -100,6 +122,17 @@ def _history_copy(history: sql.Identifier | None, source: str, outcome: str) -> 
     )
 
 
+def _read(prefix: str = "") -> sql.Composable:
+    """`JOB_COLUMNS` as a select list (of the row ``prefix``, if given)."""
+    row = f"{prefix}." if prefix else ""
+    return sql.SQL(", ").join(
+        sql.SQL(_READ_AS[c].format(row) + " AS {}").format(sql.Identifier(c))
+        if c in _READ_AS
+        else (sql.Identifier(prefix, c) if prefix else sql.Identifier(c))
+        for c in JOB_COLUMNS
+    )
+
+
 def notification_channel(table: str) -> str:
     """The LISTEN/NOTIFY channel of a queue table: one per table, so queues
     in one database do not wake each other.
@@ -131,11 +164,16 @@ class Statements:
         self.table_name = table
         self.history = history
         self.channel = notification_channel(table)
+        # Cancel requests for running jobs (payload: their ids), heard by
+        # workers beside `channel` but waking no claim; and results kept
+        # (payload: the job's id), heard by `wait`.
+        self.control_channel = notification_channel(f"{table}:control")
+        self.results_channel = notification_channel(f"{table}:results")
         name = parts[-1]
         t = sql.Identifier(*parts)
         history_table = sql.Identifier(*parts[:-1], f"{name}_history")
-        cols = sql.SQL(", ").join(sql.Identifier(c) for c in JOB_COLUMNS)
-        jcols = sql.SQL(", ").join(sql.Identifier("j", c) for c in JOB_COLUMNS)
+        cols = _read()
+        jcols = _read("j")
         names = {
             "table": t,
             "cols": cols,
@@ -145,6 +183,10 @@ class Statements:
             "queues": sql.Identifier(*parts[:-1], f"{name}_queues"),
             "leases": sql.Identifier(*parts[:-1], f"{name}_unique_leases"),
             "schedules": sql.Identifier(*parts[:-1], f"{name}_schedules"),
+            "results": sql.Identifier(*parts[:-1], f"{name}_results"),
+            "limits": sql.Identifier(*parts[:-1], f"{name}_limits"),
+            "slots": sql.Identifier(*parts[:-1], f"{name}_limit_slots"),
+            "results_channel": sql.Literal(self.results_channel),
         }
         # Jobs that leave the table are copied here when history is on.
         keep = history_table if history else None
@@ -152,17 +194,22 @@ class Statements:
         names["gone"] = sql.SQL(", ").join(
             sql.Identifier(c) for c in (HISTORY_COLUMNS if history else ("id",))
         )
-        self.claim_index_name = f"{name}_claim"
+        gone_cols = HISTORY_COLUMNS if history else ("id",)
+        leaving_cols = gone_cols + tuple(c for c in _LEAVING if c not in gone_cols)
+        names["leaving"] = sql.SQL(", ").join(sql.Identifier(c) for c in leaving_cols)
+        names["leaving_j"] = sql.SQL(", ").join(sql.Identifier("j", c) for c in leaving_cols)
+        self.claim_index_name = f"{name}_unlimited"
 
         # One job, announced in the same statement; the notification is
         # delivered when the caller's transaction commits, never before.
         self.enqueue = _render(
             """
 WITH job AS (
-    INSERT INTO {table} (kind, payload, run_at, max_attempts, queue, priority)
+    INSERT INTO {table} (kind, payload, run_at, max_attempts, queue, priority, result_ttl,
+                         limit_key)
     VALUES (%(kind)s, %(payload)s::jsonb,
             COALESCE(%(run_at)s::timestamptz, now() + %(delay)s::interval), %(max_attempts)s,
-            %(queue)s, %(priority)s)
+            %(queue)s, %(priority)s, %(result_ttl)s::interval, %(limit_key)s)
     RETURNING id, kind
 )
 SELECT id, pg_notify(%(channel)s, kind)::text FROM job""",
@@ -177,10 +224,11 @@ SELECT id, pg_notify(%(channel)s, kind)::text FROM job""",
         unique_insert = """
 WITH job AS (
     INSERT INTO {table} (kind, payload, run_at, max_attempts, queue, priority,
-                         unique_key, unique_scope)
+                         unique_key, unique_scope, result_ttl, limit_key)
     VALUES (%(kind)s, %(payload)s::jsonb,
             COALESCE(%(run_at)s::timestamptz, now() + %(delay)s::interval), %(max_attempts)s,
-            %(queue)s, %(priority)s, %(unique_key)s, {scope})
+            %(queue)s, %(priority)s, %(unique_key)s, {scope}, %(result_ttl)s::interval,
+            %(limit_key)s)
     ON CONFLICT (unique_key) WHERE {predicate} {action}
     RETURNING id, kind
 )
@@ -220,10 +268,11 @@ WITH lease AS (
     RETURNING job_id
 ), job AS (
     INSERT INTO {table} (id, kind, payload, run_at, max_attempts, queue, priority,
-                         unique_key, unique_scope)
+                         unique_key, unique_scope, result_ttl, limit_key)
     SELECT job_id, %(kind)s, %(payload)s::jsonb,
            COALESCE(%(run_at)s::timestamptz, now() + %(delay)s::interval), %(max_attempts)s,
-           %(queue)s, %(priority)s, %(unique_key)s, 'window'
+           %(queue)s, %(priority)s, %(unique_key)s, 'window', %(result_ttl)s::interval,
+           %(limit_key)s
       FROM lease
     RETURNING id, kind
 )
@@ -265,7 +314,7 @@ SELECT now(), array(SELECT nextval((SELECT pg_get_serial_sequence(%s, 'id')::reg
             """
 INSERT INTO {table} ({insert_cols})
 SELECT * FROM unnest(%s::bigint[], %s::text[], %s::jsonb[], %s::timestamptz[], %s::integer[],
-                     %s::text[], %s::smallint[])""",
+                     %s::text[], %s::smallint[], %s::interval[], %s::text[])""",
             **names,
         )
         # enqueue_many, step 2 for large batches.
@@ -298,9 +347,10 @@ SELECT * FROM unnest(%s::bigint[], %s::text[], %s::jsonb[], %s::timestamptz[], %
         # every write.
         every_queue = """
 found(queue) AS (
-    SELECT min(queue) FROM {table} WHERE status = 'pending'
+    SELECT min(queue) FROM {table} WHERE status = 'pending' AND limit_key IS NULL
   UNION ALL
-    SELECT (SELECT min(queue) FROM {table} WHERE status = 'pending' AND queue > f.queue)
+    SELECT (SELECT min(queue) FROM {table}
+             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
       FROM found AS f WHERE f.queue IS NOT NULL)"""
         given_queues = """
 found(queue) AS (SELECT unnest(%(queues)s::text[]))"""
@@ -311,12 +361,14 @@ served(queue) AS (
        AND NOT EXISTS (SELECT FROM {queues} AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
     SELECT s.queue,
-           (SELECT max(priority) FROM {table} WHERE status = 'pending' AND queue = s.queue)
+           (SELECT max(priority) FROM {table}
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
       FROM served AS s
   UNION ALL
     SELECT l.queue,
            (SELECT max(priority) FROM {table}
-             WHERE status = 'pending' AND queue = l.queue AND priority < l.priority)
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority)
       FROM levels AS l WHERE l.priority IS NOT NULL)"""
         # The batch: (priority, run_at, id, size) of each job taken, in claim order.
         pick = """
@@ -329,7 +381,8 @@ picked AS (
              FROM levels AS l{per_kind}
             CROSS JOIN LATERAL (
                   SELECT run_at, id, {size} AS size FROM {table}
-                   WHERE status = 'pending' AND queue = l.queue AND priority = l.priority
+                   WHERE status = 'pending' AND limit_key IS NULL
+                     AND queue = l.queue AND priority = l.priority
                      AND run_at <= now(){kind_filter}{orphans}
                    ORDER BY run_at, id
                    LIMIT {limit}
@@ -351,19 +404,69 @@ picked AS (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s"""
+        # Jobs held back by a limit (docs/limits.md) are not in the claim
+        # index: they are claimed by their key, one per free slot of it.
+        # Free slots are locked SKIP LOCKED, as the jobs are, so that two
+        # claims never take one slot, and the slot records the job and the
+        # attempt it is taken for: the statement that records that attempt's
+        # outcome frees it, and no other can. A key with no limit set runs
+        # one job at a time. These CTEs come first in a claim's WITH (a
+        # data-modifying CTE must be at the top); with no limits in use they
+        # read one empty index.
+        limited = """
+free AS (
+    SELECT s.limit_key, s.slot, row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM (SELECT limit_key, slot FROM {slots} AS s
+             WHERE job_id IS NULL
+               AND slot <= coalesce((SELECT max_running FROM {limits} AS m
+                                      WHERE m.limit_key = s.limit_key), 1)
+               AND EXISTS (SELECT FROM {table} AS t
+                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                              AND t.run_at <= now(){served})
+             ORDER BY limit_key, slot
+             LIMIT {limit}
+             FOR UPDATE SKIP LOCKED) AS s),
+limited AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM free GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM {table} AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now(){served}
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN free AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+taken AS (
+    UPDATE {slots} AS s SET job_id = l.id, attempt = l.attempts + 1, taken_at = now()
+      FROM limited AS l
+     WHERE s.limit_key = l.limit_key AND s.slot = l.slot)"""
+        # Which limited jobs a claim serves (t: a job row).
+        served_queues = """
+                              AND NOT EXISTS (SELECT FROM {queues} AS q
+                                               WHERE q.queue = t.queue AND q.paused)"""
+        # The claim proper: limited jobs first, then the rest of the batch.
         claim = """
 UPDATE {table} AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
- WHERE j.id = ANY(ARRAY(
+ WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE{found},{levels},{pick}
-{take}))
+SELECT id FROM ({take}) AS taking LIMIT {limit} - (SELECT count(*) FROM limited)))
 RETURNING {jcols}"""
         no_orphans = sql.SQL("\n                     AND NOT coalesce({}, false)").format(ORPHANED)
 
-        def claim_statement(
+        def claim_parts(
             queues: bool, kinds: bool, limit: int, budget: bool = False, worker: bool = False
-        ) -> sql.Composable:
-            """The claim; a worker's (`worker`) leaves orphaned jobs out."""
+        ) -> tuple[sql.Composable, sql.Composable]:
+            """The claim's CTEs of limited jobs, and its UPDATE; a worker's
+            (`worker`) leaves orphaned jobs out of its batches."""
+            served = sql.SQL(served_queues).format(**names)
+            if queues:
+                served += sql.SQL(" AND t.queue = ANY(%(queues)s::text[])")
+            if kinds:
+                served += sql.SQL(" AND t.kind = ANY(%(kinds)s::text[])")
+            ctes = sql.SQL(limited).format(served=served, limit=sql.Literal(limit), **names)
             picked = sql.SQL(pick).format(
                 limit=sql.Literal(limit),
                 per_kind=sql.SQL(
@@ -374,13 +477,19 @@ RETURNING {jcols}"""
                 size=payload_size if budget else sql.SQL("0"),
                 **names,
             )
-            return sql.SQL(claim).format(
+            update = sql.SQL(claim).format(
                 found=sql.SQL(given_queues if queues else every_queue).format(**names),
                 levels=sql.SQL(levels).format(**names),
                 pick=picked,
                 take=sql.SQL(within_budget if budget else "SELECT id FROM picked"),
+                limit=sql.Literal(limit),
                 **names,
             )
+            return ctes, update
+
+        def claim_statement(queues: bool, kinds: bool, limit: int) -> sql.Composable:
+            ctes, update = claim_parts(queues, kinds, limit)
+            return sql.SQL("WITH {}{}").format(ctes, update)
 
         # The batch size is written into the statement, not passed: with a
         # parameter, PostgreSQL planned the claim anew at every execution
@@ -388,6 +497,7 @@ RETURNING {jcols}"""
         # took as long as the claim itself (docs/performance.md). Written
         # in, the statement is planned once per connection and batch size.
         self._claim_statement = claim_statement
+        self._claim_parts = claim_parts
         self._rendered: dict[tuple[object, ...], bytes] = {}
 
         # An orphaned job (`Job.orphaned`) runs alone, claimed by itself when
@@ -398,7 +508,8 @@ UPDATE {table} AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id IN (
        SELECT id FROM {table} AS o
-        WHERE status = 'pending' AND run_at <= now() AND {orphaned} {queue_filter} {kind_filter}
+        WHERE status = 'pending' AND run_at <= now() AND {orphaned} AND limit_key IS NULL
+              {queue_filter} {kind_filter}
           AND NOT EXISTS (SELECT FROM {queues} AS q WHERE q.queue = o.queue AND q.paused)
         ORDER BY priority DESC, run_at, id
         LIMIT %(limit)s
@@ -416,41 +527,131 @@ RETURNING {jcols}"""
             for k in (False, True)
         }
 
-        # Success: the row goes. Only a running job can succeed.
+        # -- outcomes ------------------------------------------------------
+        #
+        # What follows a job's leaving the table (CTE `{source}`, its rows
+        # with the `leaving` columns): the slot of its limit is freed, fenced
+        # by the attempt that took it; its result is kept if it asked for
+        # one (result_ttl); the `results` notification is sent at the end
+        # of the statement, by `told` (see below), for those kept only.
+        def after_leaving(
+            source: str, outcome: str, attempt: str, value: str = "NULL", error: str = "NULL"
+        ) -> sql.Composable:
+            return sql.SQL(
+                """,
+{freed} AS (
+    UPDATE {slots} AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM {source} AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.{attempt}),
+{kept} AS (
+    INSERT INTO {results} AS r (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, {outcome}, {value}, {error}, d.attempts, now() + d.result_ttl
+      FROM {source} AS d{join}
+     WHERE d.result_ttl IS NOT NULL{only}
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id)"""
+            ).format(
+                source=sql.Identifier(source),
+                freed=sql.Identifier(f"{source}_freed"),
+                kept=sql.Identifier(f"{source}_results"),
+                attempt=sql.Identifier(attempt),
+                outcome=sql.SQL(outcome),
+                value=sql.SQL(value),
+                error=sql.SQL(error),
+                join=sql.SQL(values_join if value == "v.value" else ""),
+                only=sql.SQL("\n       AND d.status = 'dead'" if outcome == "d.status" else ""),
+                **names,
+            )
+
+        # A success's return value, as JSON text, for the jobs that keep it.
+        values_join = """
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id"""
+
+        # The results notification: a scalar subquery of the statement's last
+        # SELECT, so that it runs once the rows it announces are written.
+        def told(*sources: str) -> sql.Composable:
+            kept = sql.SQL(" UNION ALL ").join(
+                sql.SQL("SELECT job_id FROM {}").format(sql.Identifier(f"{src}_results"))
+                for src in sources
+            )
+            return sql.SQL(
+                "(SELECT count(pg_notify({results_channel}, job_id::text)) FROM ({kept}) AS k)"
+            ).format(kept=kept, **names)
+
+        # Success: the row goes. Only a running job can succeed. A worker's
+        # successes are fenced by its name (`cycle`); `complete` is not.
+        done = """
+done AS (
+    DELETE FROM {table}
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running'{fence}
+    RETURNING {leaving}){keep}{after}"""
+        after_done = after_leaving("done", "'succeeded'", "attempts", "v.value")
+        keep_done = _history_copy(keep, "done", "succeeded")
         self.complete = _render(
             """
-WITH done AS (
-    DELETE FROM {table} WHERE id = ANY(%s::bigint[]) AND status = 'running' RETURNING {gone}
-){keep}
-SELECT id FROM done""",
-            keep=_history_copy(keep, "done", "succeeded"),
+WITH {done}
+SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM done), {told}""",
+            done=sql.SQL(done).format(fence=sql.SQL(""), keep=keep_done, after=after_done, **names),
+            told=told("done"),
             **names,
         )
 
         # Failure, expiry and release for a batch of jobs, each with the next
         # state the state machine chose. The claim's attempts and locked_by
         # fence the write: a job reclaimed since (by a new claim, which bumps
-        # attempts, or by another worker after a retry reset them) is left alone.
-        failures = """
-UPDATE {table} AS j
-   SET status = f.status,
-       -- Pending: when to try again. Dead: when it died, for purge_dead.
-       run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-       -- A "queued" unique job that started once keeps attempts > 0, so
-       -- that it never re-enters its unique index beside a newer duplicate.
-       attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                       ELSE f.new_attempts END,
-       locked_at = NULL,
-       locked_by = NULL,
-       last_error = COALESCE(f.error, j.last_error)
-  FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+        # attempts, or by another worker after a retry reset them) is left
+        # alone. A job whose cancellation was requested (or that its worker
+        # reports cancelled) is deleted instead, whatever the worker decided:
+        # a cancelled job is never retried, reaped back or buried.
+        failure_rows = """
+  {verb} unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
               %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
               %(f_error)s::text[])
        AS f(id, attempts, locked_by, new_attempts, status, delay, error)
  WHERE j.id = f.id AND j.status = 'running'
-   AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-RETURNING j.id, j.status"""
-        self.record_failures = _render(failures, **names)
+   AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by"""
+        failures = """
+failed_rows AS (
+    UPDATE {table} AS j
+       SET status = f.status,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error){from_rows}
+       AND f.status <> 'cancelled' AND j.cancel_requested_at IS NULL
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error){after_failed},
+cancelled AS (
+    DELETE FROM {table} AS j{using_rows}
+       AND (f.status = 'cancelled' OR j.cancel_requested_at IS NOT NULL)
+    RETURNING {leaving_j}){keep}{after_cancelled},
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled)"""
+        failure_ctes = sql.SQL(failures).format(
+            from_rows=sql.SQL(failure_rows).format(verb=sql.SQL("FROM")),
+            using_rows=sql.SQL(failure_rows).format(verb=sql.SQL("USING")),
+            after_failed=after_leaving("failed_rows", "d.status", "claimed", error="d.last_error"),
+            keep=_history_copy(keep, "cancelled", "cancelled"),
+            after_cancelled=after_leaving("cancelled", "'cancelled'", "attempts"),
+            **names,
+        )
+        self.record_failures = _render(
+            """
+WITH {failures}
+SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM failed),
+       (SELECT coalesce(array_agg(status), '{{}}') FROM failed), {told}""",
+            failures=failure_ctes,
+            told=told("failed_rows", "cancelled"),
+            **names,
+        )
 
         # One turn of a worker in one statement: delete its successes (fenced
         # by its name), record its failures, claim its next batch. The
@@ -461,22 +662,28 @@ RETURNING j.id, j.status"""
         # at-least-once delivery allows. Enqueues are never relaxed.
         cycle = """
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM {table}
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING {gone}){keep},
-failed AS ({failures}),
+{done},
+{failures},
+{limited},
 claimed AS ({claim})
 SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM done),
        (SELECT coalesce(array_agg(id), '{{}}') FROM failed),
        (SELECT coalesce(array_agg(status), '{{}}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed)
+       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       {told}
   FROM relax"""
-        failed = sql.SQL(failures).format(**names)
-        keep_done = _history_copy(keep, "done", "succeeded")
+        worker_done = sql.SQL(done).format(
+            fence=sql.SQL(" AND locked_by = %(worker)s"), keep=keep_done, after=after_done, **names
+        )
 
         # (queues given, kinds given, byte budget) -> the worker's turn.
-        self._turn_parts = (cycle, failed, keep_done, names)
+        self._turn_parts = (
+            cycle,
+            worker_done,
+            failure_ctes,
+            told("done", "failed_rows", "cancelled"),
+            names,
+        )
         # As shown in docs/design.md: a worker's turn and a claim, for the
         # default batch sizes.
         self.cycle = self.turn(False, False, False, 100)
@@ -499,12 +706,14 @@ SELECT id, attempts, max_attempts, locked_by FROM {table}
             **names,
         )
 
-        # A worker keeps the lease of the jobs it is still running.
+        # A worker keeps the lease of the jobs it is still running, and
+        # learns which of them were cancelled (should it have missed the
+        # notification): no query of its own for that.
         self.heartbeat = _render(
             """
 UPDATE {table} SET locked_at = now()
  WHERE id = ANY(%s::bigint[]) AND status = 'running' AND locked_by = %s
-RETURNING id""",
+RETURNING id, cancel_requested_at IS NOT NULL""",
             **names,
         )
 
@@ -592,6 +801,12 @@ SELECT count(*) FROM gone""",
         self.explain_claim = b"EXPLAIN " + self.claim
 
         self.listen = _render("LISTEN {channel}", channel=sql.Identifier(self.channel))
+        self.listen_control = _render(
+            "LISTEN {channel}", channel=sql.Identifier(self.control_channel)
+        )
+        self.listen_results = _render(
+            "LISTEN {channel}", channel=sql.Identifier(self.results_channel)
+        )
 
         # -- for operators (``pgqueue jobs``, ``pgqueue dead``) -------------
 
@@ -633,6 +848,116 @@ WITH purged AS (
 ){keep}
 SELECT count(*) FROM purged""",
             keep=_history_copy(keep, "purged", "dead"),
+            **names,
+        )
+
+        # -- cancellation (docs/cancel.md) -------------------------------------
+        #
+        # Waiting and dead jobs go at once (recorded as cancelled); running
+        # ones are marked, and their workers told on the control channel
+        # (they also learn it from their next heartbeat). The rows are locked
+        # first: a job being claimed right now is judged once the claim has
+        # committed, as the running job it has become.
+        self.cancel = _render(
+            """
+WITH target AS (
+    SELECT id, status FROM {table} WHERE id = ANY(%(ids)s::bigint[]) ORDER BY id FOR UPDATE
+), cancelled AS (
+    DELETE FROM {table} AS j USING target AS t
+     WHERE j.id = t.id AND t.status IN ('pending', 'dead')
+    RETURNING {leaving_j}){keep}{after},
+asked AS (
+    UPDATE {table} AS j SET cancel_requested_at = coalesce(j.cancel_requested_at, now())
+      FROM target AS t
+     WHERE j.id = t.id AND t.status = 'running'
+    RETURNING j.id)
+SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM cancelled),
+       (SELECT coalesce(array_agg(id), '{{}}') FROM asked),
+       -- The ids, or "*" (too many for a notification: workers look).
+       (SELECT pg_notify(%(control)s, CASE WHEN count(*) <= 300 THEN string_agg(id::text, ',')
+                                          ELSE '*' END)::text
+          FROM asked HAVING count(*) > 0) IS NULL,
+       {told}""",
+            keep=_history_copy(keep, "cancelled", "cancelled"),
+            after=after_leaving("cancelled", "'cancelled'", "attempts"),
+            told=told("cancelled"),
+            **names,
+        )
+
+        # -- results (docs/results.md) -----------------------------------------
+        #
+        # Where a job stands: its row if it has one (pending, running, dead),
+        # else its kept result (succeeded, dead, cancelled) until it expires.
+        self.result = _render(
+            """
+SELECT status, NULL::jsonb, last_error, NULL::timestamptz FROM {table} WHERE id = %(id)s
+UNION ALL
+SELECT outcome, value, error, finished_at FROM {results}
+ WHERE job_id = %(id)s AND expires_at > now()
+   AND NOT EXISTS (SELECT FROM {table} WHERE id = %(id)s)""",
+            **names,
+        )
+        # Neither: was the job enqueued by a transaction still open? An insert
+        # of its id waits for that transaction (lock_timeout: LockNotAvailable);
+        # finds the row committed meanwhile (nothing returned); or finds no
+        # such job, and fails on purpose (division_by_zero) so that nothing
+        # is written. Run in a transaction with a short lock_timeout.
+        self.probe_uncommitted = _render(
+            """
+INSERT INTO {table} (id, kind) VALUES (%(id)s, 'pgqueue.probe')
+ON CONFLICT (id) DO NOTHING
+RETURNING id / 0""",
+            **names,
+        )
+        # Results past their time, removed by the reaper a batch at a time.
+        self.prune_results = _render(
+            """
+DELETE FROM {results}
+ WHERE job_id = ANY(ARRAY(SELECT job_id FROM {results} WHERE expires_at <= now() LIMIT 10000))""",
+            **names,
+        )
+
+        # -- limits (docs/limits.md) -------------------------------------------
+        #
+        # A limited job's key gets its first slot when the job is enqueued
+        # (one job at a time until `set_limit` says otherwise).
+        self.ensure_slots = _render(
+            """
+INSERT INTO {slots} (limit_key, slot) SELECT unnest(%(keys)s::text[]), 1
+ON CONFLICT DO NOTHING""",
+            **names,
+        )
+        # set_limit: the limit, and slots up to it. Slots above a lowered
+        # limit are no longer taken (the claim reads the limit); those free
+        # now go, those taken go once free, at the next set_limit.
+        self.set_limit = _render(
+            """
+WITH limit_row AS (
+    INSERT INTO {limits} AS m (limit_key, max_running) VALUES (%(key)s, %(n)s)
+    ON CONFLICT (limit_key) DO UPDATE SET max_running = EXCLUDED.max_running, changed_at = now()
+    RETURNING 1
+), added AS (
+    INSERT INTO {slots} (limit_key, slot) SELECT %(key)s, generate_series(1, %(n)s)
+    ON CONFLICT DO NOTHING RETURNING 1
+), removed AS (
+    DELETE FROM {slots} WHERE limit_key = %(key)s AND slot > %(n)s AND job_id IS NULL RETURNING 1
+)
+SELECT (SELECT count(*) FROM limit_row), (SELECT count(*) FROM added),
+       (SELECT count(*) FROM removed), pg_notify(%(channel)s, '')""",
+            **names,
+        )
+        # Every key with a limit or a slot: its limit, running and waiting jobs.
+        self.limit_states = _render(
+            """
+WITH keys AS (
+    SELECT limit_key FROM {limits} UNION SELECT DISTINCT limit_key FROM {slots}
+)
+SELECT k.limit_key, m.max_running,
+       (SELECT count(*) FROM {slots} AS s WHERE s.limit_key = k.limit_key AND s.job_id IS NOT NULL),
+       (SELECT count(*) FROM {table} AS t
+         WHERE t.status = 'pending' AND t.limit_key = k.limit_key)
+  FROM keys AS k LEFT JOIN {limits} AS m ON m.limit_key = k.limit_key
+ ORDER BY 1""",
             **names,
         )
 
@@ -780,11 +1105,13 @@ SELECT EXISTS (SELECT FROM s), (SELECT id FROM job),
         """A worker's turn (see the ``cycle`` template above) claiming up to
         `limit` jobs, with ``queues``, ``kinds`` and ``claim_bytes``
         parameters if told so."""
-        cycle, failed, keep, names = self._turn_parts
+        cycle, done, failures, told, names = self._turn_parts
 
         def render() -> bytes:
-            claimed = self._claim_statement(queues, kinds, limit, budget=budget, worker=True)
-            return _render(cycle, claim=claimed, failures=failed, keep=keep, **names)
+            ctes, update = self._claim_parts(queues, kinds, limit, budget=budget, worker=True)
+            return _render(
+                cycle, done=done, failures=failures, limited=ctes, claim=update, told=told, **names
+            )
 
         return self._remember(("turn", queues, kinds, budget, limit), render)
 

@@ -1,9 +1,9 @@
 """The job state machine: every legal transition in one table.
 
 A job row is ``pending``, ``running`` or ``dead``; a succeeded job is
-deleted. Anything not in `TRANSITIONS` is illegal and raises
-`IllegalTransition`. Both backends ask this module what happens next and
-only then write it.
+deleted, and so is a cancelled one (``cancelled`` is an outcome, never a
+row). Anything not in `TRANSITIONS` is illegal and raises `IllegalTransition`.
+Both backends ask this module what happens next and only then write it.
 """
 
 from __future__ import annotations
@@ -42,9 +42,11 @@ class Event(enum.Enum):
     EXPIRE = "expire"  # the lease ran out: the worker is presumed dead
     RELEASE = "release"  # the worker gives back a job it claimed but never started
     RETRY = "retry"  # an operator revives a dead job
+    CANCEL = "cancel"  # someone cancels the job: it goes, and is never run again
 
 
 _P, _R, _D = JobStatus.PENDING, JobStatus.RUNNING, JobStatus.DEAD
+_X = JobStatus.CANCELLED
 
 # (state, event) -> the possible next states. Where there are two, the
 # job's attempts decide (see `next_state`): a job that has used all its
@@ -56,6 +58,12 @@ TRANSITIONS: Final[dict[tuple[State, Event], tuple[State, ...]]] = {
     (_R, Event.EXPIRE): (_P, _D),
     (_R, Event.RELEASE): (_P,),
     (_D, Event.RETRY): (_P,),
+    # A cancelled job's row is deleted (recorded as cancelled in history and
+    # results); a running one stops first, and whatever its worker then
+    # reports, it is neither retried, nor reaped back, nor buried.
+    (_P, Event.CANCEL): (_X,),
+    (_R, Event.CANCEL): (_X,),
+    (_D, Event.CANCEL): (_X,),
 }
 
 

@@ -5,17 +5,19 @@ Generated from ``pgqueue/aio/queue.py`` by ``tools/unasync.py``: do not edit.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any
 
 from ..core.backoff import Backoff
 from ..core.jobs import DEFAULT_QUEUE, Job, JobSpec, JobStatus, Stats, default_worker_name
-from ..core.ops import Cycle, Failure, QueueCore, QueueState
+from ..core.ops import Cancelled, Cycle, Failure, Heartbeat, LimitState, QueueCore, QueueState
+from ..core.results import JobResult
 from ..core.schedules import Schedule, ScheduleState, Tick
 from ..core.states import Event
 from .driver import CallerConnection, PoolTarget, make_driver
+from .waiting import wait_for_result
 
 __all__ = ["Queue"]
 
@@ -125,6 +127,8 @@ class Queue:
         unique: str = "queued",
         unique_for: timedelta | None = None,
         on_duplicate: str = "return",
+        result_ttl: timedelta | None = None,
+        limit_key: str | None = None,
         conn: CallerConnection | None = None,
     ) -> int:
         """Add one job and return its id.
@@ -142,6 +146,12 @@ class Queue:
         not written: ``on_duplicate="return"`` returns the holder's id,
         ``"raise"`` raises `pgqueue.DuplicateJob`, ``"replace"`` gives the
         waiting holder this payload and run_at (see docs/unique.md).
+
+        With ``result_ttl``, the job's outcome (and its handler's return
+        value) is kept that long after it ends, for `result` and `wait`
+        (docs/results.md). With ``limit_key``, it counts against that key's
+        limit of running jobs (`set_limit`; one at a time until set; see
+        docs/limits.md).
         """
         op = self.core.enqueue(
             kind,
@@ -155,6 +165,8 @@ class Queue:
             unique=unique,
             unique_for=unique_for,
             on_duplicate=on_duplicate,
+            result_ttl=result_ttl,
+            limit_key=limit_key,
         )
         return self._driver.run(op, conn)
 
@@ -234,6 +246,45 @@ class Queue:
         5 minutes, the workers' default) -- jobs the reaper will take back."""
         return self._driver.run(self.core.stats(visibility_timeout))
 
+    def cancel(self, *job_ids: Job | int, conn: CallerConnection | None = None) -> Cancelled:
+        """Cancel jobs: a waiting or dead job is removed now; a running one is
+        asked to stop, and its worker stops it (docs/cancel.md).
+
+        Returns `pgqueue.Cancelled` (``deleted``, ``requested``,
+        ``not_found``: ids no longer in the queue). With ``conn=``, in the
+        caller's transaction (workers hear of it at commit). A cancelled job
+        is never retried, reaped back or marked dead; with history or
+        ``result_ttl`` it is recorded as cancelled.
+        """
+        return self._driver.run(self.core.cancel(job_ids), conn)
+
+    def result(self, job_id: Job | int) -> JobResult | None:
+        """Where a job stands, without waiting: `pgqueue.JobResult` with
+        ``outcome`` pending, running or dead (its row), or succeeded, dead or
+        cancelled (its kept result, ``result_ttl``); None if neither."""
+        return self._driver.run(self.core.result(job_id))
+
+    def wait(self, job_id: Job | int, timeout: float = 30.0) -> Any:
+        """Wait for a job enqueued with ``result_ttl`` and return its handler's value.
+
+        Raises `pgqueue.JobFailed` if it ended dead or cancelled,
+        `TimeoutError` after ``timeout`` seconds, and `pgqueue.NoResult` if it
+        is not in the queue and left no result (`pgqueue.JobNotCommitted`
+        when the transaction that enqueued it is still open). Wakes on a
+        notification, polling as a safety net (docs/results.md).
+        """
+        return wait_for_result(self, job_id, timeout)
+
+    def set_limit(self, key: str, max_running: int) -> None:
+        """Let at most ``max_running`` jobs enqueued with ``limit_key=key`` run
+        at once, over every worker (0 holds them all back). Never exceeded
+        under concurrent claims, crashes or retries (docs/limits.md)."""
+        self._driver.run(self.core.set_limit(key, max_running))
+
+    def limits(self) -> list[LimitState]:
+        """Every limit key set or in use: its limit, running and waiting jobs."""
+        return self._driver.run(self.core.limits())
+
     def pause_queue(self, name: str) -> None:
         """Pause a queue: no claim takes its jobs until `resume_queue`.
 
@@ -289,10 +340,16 @@ class Queue:
         return self._driver.run(self.core.tick_schedule(schedule, tick))
 
     def settle(
-        self, succeeded: Sequence[int], failures: Sequence[Failure], *, worker: str
+        self,
+        succeeded: Sequence[int],
+        failures: Sequence[Failure],
+        *,
+        worker: str,
+        results: Mapping[int, str] | None = None,
     ) -> tuple[list[int], dict[int, JobStatus]]:
         """Record ``worker``'s batch of outcomes (see `QueueCore.settle`)."""
-        return self._driver.run(self.core.settle(succeeded, failures, worker=worker))
+        op = self.core.settle(succeeded, failures, worker=worker, results=results)
+        return self._driver.run(op)
 
     def cycle(
         self,
@@ -304,12 +361,15 @@ class Queue:
         kinds: Iterable[str] | None = None,
         queues: Iterable[str] | None = None,
         claim_bytes: int | None = None,
+        results: Mapping[int, str] | None = None,
     ) -> Cycle:
         """Record ``worker``'s outcomes and claim its next batch in one round trip
         (at most ``limit`` jobs; with ``claim_bytes``, stopping at the one
-        whose payload takes the batch past that many bytes)."""
+        whose payload takes the batch past that many bytes). ``results``:
+        the return values (JSON text) of successes that keep one."""
         op = self.core.cycle(succeeded, failures, worker=worker, limit=limit, kinds=kinds,
-                             queues=queues, claim_bytes=claim_bytes)  # fmt: skip
+                             queues=queues, claim_bytes=claim_bytes,
+                             results=results)  # fmt: skip
         return self._driver.run(op)
 
     def claim_orphan(
@@ -323,8 +383,9 @@ class Queue:
         op = self.core.claim_orphan(worker=worker, kinds=kinds, queues=queues)
         return self._driver.run(op)
 
-    def heartbeat(self, job_ids: Sequence[int], *, worker: str) -> list[int]:
-        """Renew the leases of ``worker``'s running jobs; return those still held."""
+    def heartbeat(self, job_ids: Sequence[int], *, worker: str) -> Heartbeat:
+        """Renew the leases of ``worker``'s running jobs; say which are still
+        held, and which of those were asked to stop (`cancel`)."""
         return self._driver.run(self.core.heartbeat(job_ids, worker=worker))
 
     def reap_outcomes(self, visibility_timeout: timedelta) -> dict[int, JobStatus]:

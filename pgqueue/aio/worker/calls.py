@@ -10,7 +10,7 @@ seconds, and again when it ends.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -21,7 +21,7 @@ import psycopg
 import psycopg_pool
 
 from ...core.jobs import Job, JobStatus
-from ...core.ops import Cycle, Failure, QueueCore
+from ...core.ops import Cycle, Failure, Heartbeat, QueueCore
 from ...core.schedules import Schedule, Tick
 from ...core.worker import STALL_WARNING
 
@@ -52,19 +52,20 @@ class WorkerQueue(Protocol):
     async def cycle(  # a worker's turn: see `AsyncQueue.cycle`
         self, succeeded: Sequence[int], failures: Sequence[Failure], *, worker: str, limit: int,
         kinds: Sequence[str] | None = None, queues: Sequence[str] | None = None,
-        claim_bytes: int | None = None,
+        claim_bytes: int | None = None, results: Mapping[int, str] | None = None,
     ) -> Cycle: ...  # fmt: skip
 
     async def settle(
-        self, succeeded: Sequence[int], failures: Sequence[Failure], *, worker: str
-    ) -> tuple[list[int], dict[int, JobStatus]]: ...
+        self, succeeded: Sequence[int], failures: Sequence[Failure], *, worker: str,
+        results: Mapping[int, str] | None = None,
+    ) -> tuple[list[int], dict[int, JobStatus]]: ...  # fmt: skip
 
     async def claim_orphan(
         self, *, worker: str, kinds: Sequence[str] | None = None,
         queues: Sequence[str] | None = None,
     ) -> list[Job]: ...  # fmt: skip
 
-    async def heartbeat(self, job_ids: Sequence[int], *, worker: str) -> list[int]: ...
+    async def heartbeat(self, job_ids: Sequence[int], *, worker: str) -> Heartbeat: ...
 
     async def reap_outcomes(self, visibility_timeout: timedelta) -> dict[int, JobStatus]: ...
 

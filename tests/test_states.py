@@ -24,6 +24,9 @@ from pgqueue.core.states import (
 )
 
 P, R, D = JobStatus.PENDING, JobStatus.RUNNING, JobStatus.DEAD
+X = JobStatus.CANCELLED
+# Where a job's life ends: its row is gone (succeeded, or cancelled).
+TERMINAL: tuple[State, ...] = (DELETED, X)
 ALL_STATES: tuple[State, ...] = (*JobStatus, DELETED)
 ALL_EVENTS: tuple[Event, ...] = tuple(Event)
 
@@ -46,6 +49,8 @@ def test_transition_table_is_exactly_the_specified_one() -> None:
     # SPEC §1: pending -> running (claim); running -> deleted (success);
     # running -> pending | dead (failure, lease expired); dead -> pending (retry);
     # and a claimed-but-unstarted job can be released. "Nothing else."
+    # SPEC §5: a pending, running or dead job can be cancelled; cancelled is
+    # an outcome (its row is deleted), never retried, reaped back or buried.
     assert TRANSITIONS == {
         (P, Event.CLAIM): (R,),
         (R, Event.SUCCEED): (DELETED,),
@@ -53,6 +58,9 @@ def test_transition_table_is_exactly_the_specified_one() -> None:
         (R, Event.EXPIRE): (P, D),
         (R, Event.RELEASE): (P,),
         (D, Event.RETRY): (P,),
+        (P, Event.CANCEL): (X,),
+        (R, Event.CANCEL): (X,),
+        (D, Event.CANCEL): (X,),
     }
 
 
@@ -82,11 +90,25 @@ def test_every_pair_in_the_table_lands_on_one_of_its_listed_targets(
     assert result in TRANSITIONS[state, event]
 
 
-@given(events, attempts_and_max())
-def test_deleted_is_terminal_and_allows_no_event(event: Event, counts: tuple[int, int]) -> None:
+@given(st.sampled_from(TERMINAL), events, attempts_and_max())
+def test_deleted_and_cancelled_are_terminal_and_allow_no_event(
+    state: State, event: Event, counts: tuple[int, int]
+) -> None:
     attempts, max_attempts = counts
     with pytest.raises(IllegalTransition):
-        next_state(DELETED, event, attempts=attempts, max_attempts=max_attempts)
+        next_state(state, event, attempts=attempts, max_attempts=max_attempts)
+
+
+@given(states, attempts_and_max())
+def test_cancel_ends_every_job_that_is_still_in_the_table_whatever_its_attempts(
+    state: State, counts: tuple[int, int]
+) -> None:
+    attempts, max_attempts = counts
+    if state in (P, R, D):
+        assert next_state(state, Event.CANCEL, attempts=attempts, max_attempts=max_attempts) is X
+    else:
+        with pytest.raises(IllegalTransition):
+            next_state(state, Event.CANCEL, attempts=attempts, max_attempts=max_attempts)
 
 
 @given(states, attempts_and_max())
@@ -173,8 +195,8 @@ def test_random_events_from_pending_never_reach_an_illegal_state(
         assert new in TRANSITIONS[state, event]
         state = new
         assert state in ALL_STATES
-        if state is DELETED:
-            # Nothing follows success: every later event must be refused.
+        if state in TERMINAL:
+            # Nothing follows success or a cancel: every later event is refused.
             for later in ALL_EVENTS:
                 with pytest.raises(IllegalTransition):
                     next_state(state, later, attempts=1, max_attempts=2)
@@ -202,6 +224,10 @@ def test_attempts_never_exceed_max_attempts_unless_the_job_is_dead(
         if event is Event.RETRY:
             assert job.state is D
             assert after == ModelJob(P, 0, max_attempts)
+        if event is Event.CANCEL:
+            # Cancelled from wherever it was, attempts left or not.
+            assert job.state in (P, R, D)
+            assert after.state is X
         job = after
         assert 0 <= job.attempts <= max_attempts
         if job.state is P:
@@ -212,7 +238,7 @@ def test_attempts_never_exceed_max_attempts_unless_the_job_is_dead(
         elif job.state is D:
             assert job.attempts == max_attempts
         else:
-            assert job.state is DELETED
+            assert job.state in TERMINAL
             break
 
 

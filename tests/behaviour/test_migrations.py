@@ -320,7 +320,7 @@ VALUES ('mail', jsonb_build_object('n', 1), 'pending', 0, NULL, NULL, NULL, now(
     handled: list[int] = []
     async with open_queue(backend, dsn, table=table) as q:
         assert await q.schema_version() == 6
-        assert await q.install() == [7]
+        assert await q.install() == [7, 8]
         assert await q.schema_version() == LATEST_VERSION
 
         # In place: no row rewritten (constant defaults), none lost or changed.
@@ -330,9 +330,11 @@ VALUES ('mail', jsonb_build_object('n', 1), 'pending', 0, NULL, NULL, NULL, now(
             ("default", 0, None)
         ]
         assert raw.rows(f"SELECT queue, priority FROM {table}_history") == [("default", 0)]
-        # The claim index took the ready index's place.
+        # The claim index took the ready index's place (7), and the claim
+        # index of jobs without a limit took its place (8).
         assert index_oid(raw, f"{table}_ready") is None
-        assert index_oid(raw, f"{table}_claim") is not None
+        assert index_oid(raw, f"{table}_claim") is None
+        assert index_oid(raw, f"{table}_unlimited") is not None
 
         job = await q.get(ids[2])
         assert job is not None
@@ -382,8 +384,11 @@ async def test_claim_and_unique_indexes_built_concurrently_beforehand_are_kept(
     built = [index_oid(raw, f"{table}_{name}") for name in PREBUILT_INDEXES]
 
     async with open_queue(backend, dsn, table=table) as q:
-        assert await q.install() == [7]
+        with monkeypatch.context() as patch:
+            patch.setattr(migrations, "MIGRATIONS", MIGRATIONS[:7])
+            assert await q.install() == [7]
         assert [index_oid(raw, f"{table}_{name}") for name in PREBUILT_INDEXES] == built
+        assert await q.install() == [8]
         first = await q.enqueue("a", unique_key="k", priority=5)
         assert await q.enqueue("a", unique_key="k") == first
         [job] = await q.claim(1)
@@ -422,7 +427,7 @@ async def test_an_invalid_claim_index_is_refused_until_it_is_dropped(
             await q.install()
         assert await q.schema_version() == 6
         raw.rows(f"DROP INDEX {table}_claim")
-        assert await q.install() == [7]
+        assert await q.install() == [7, 8]
         assert len(await q.claim(5)) == 2
 
 
@@ -453,6 +458,60 @@ async def test_a_unique_index_built_beforehand_that_would_not_do_is_refused(
         with pytest.raises(pgqueue.SchemaError, match=name):
             await q.install()
         assert await q.schema_version() == 6
+
+
+def add_version_8_columns(raw: Raw) -> None:
+    """What docs/migrations.md has the operator of a big table run first: instant."""
+    raw.rows(
+        "ALTER TABLE {table} ADD COLUMN cancel_requested_at timestamptz,"
+        " ADD COLUMN result_ttl interval, ADD COLUMN limit_key text"
+    )
+
+
+async def test_the_indexes_of_migration_8_built_concurrently_beforehand_are_kept(
+    dsn: str, table: str, backend: str, raw: Raw, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with monkeypatch.context() as patch:
+        patch.setattr(migrations, "MIGRATIONS", MIGRATIONS[:7])
+        assert run_on(raw.conn, QueueCore(table).install()) == ALL_VERSIONS[:7]
+    raw.rows("INSERT INTO {table} (kind) SELECT 'a' FROM generate_series(1, 3)")
+    add_version_8_columns(raw)
+    # The statements of docs/migrations.md, with the table's name.
+    raw.rows(
+        f"CREATE INDEX CONCURRENTLY {table}_unlimited ON {{table}} (queue, priority, run_at, id)"
+        " WHERE status = 'pending' AND limit_key IS NULL"
+    )
+    raw.rows(
+        f"CREATE INDEX CONCURRENTLY {table}_limited ON {{table}}"
+        " (limit_key, priority DESC, run_at, id) WHERE status = 'pending' AND limit_key IS NOT NULL"
+    )
+    built = [index_oid(raw, f"{table}_{name}") for name in ("unlimited", "limited")]
+    assert None not in built
+
+    async with open_queue(backend, dsn, table=table) as q:
+        assert await q.install() == [8]
+        assert [index_oid(raw, f"{table}_{name}") for name in ("unlimited", "limited")] == built
+        assert index_oid(raw, f"{table}_claim") is None
+        assert len(await q.claim(5)) == 3
+
+
+async def test_an_unlimited_index_built_otherwise_is_refused(
+    dsn: str, table: str, backend: str, raw: Raw, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with monkeypatch.context() as patch:
+        patch.setattr(migrations, "MIGRATIONS", MIGRATIONS[:7])
+        run_on(raw.conn, QueueCore(table).install())
+    add_version_8_columns(raw)
+    # Without the limit_key predicate, claims would read past limited jobs.
+    raw.rows(
+        f"CREATE INDEX {table}_unlimited ON {{table}} (queue, priority, run_at, id)"
+        " WHERE status = 'pending'"
+    )
+    async with open_queue(backend, dsn, table=table) as q:
+        with pytest.raises(pgqueue.SchemaError, match="not the one pgqueue needs"):
+            await q.install()
+        assert await q.schema_version() == 7
+    assert index_oid(raw, f"{table}_claim") is not None  # nothing changed
 
 
 # -- history --------------------------------------------------------------------
@@ -553,14 +612,24 @@ async def test_an_upgrade_grants_the_new_tables_to_the_roles_of_the_queue_table(
         raw.conn.execute(sql.SQL(statement).format(**names))
     try:
         async with open_queue(backend, dsn, table=table) as owner:
-            assert await owner.install() == [7]
+            assert await owner.install() == [7, 8]
         async with open_queue(backend, make_conninfo(dsn, user=role), table=table) as q:
             job = await q.enqueue("k", unique_key="once", unique_for=timedelta(hours=1))
             await q.pause_queue("other")
             [claimed] = await q.claim(5)
             assert claimed.id == job
-            assert await q.reap(timedelta(minutes=5)) == []  # prunes the leases
+            assert await q.reap(timedelta(minutes=5)) == []  # prunes the leases and results
             assert await q.schedules() == []
+            # Migration 8's tables: results, limits and their slots.
+            kept = await q.enqueue("k", result_ttl=timedelta(hours=1), limit_key="api")
+            await q.set_limit("api", 2)
+            [limited] = await q.claim(5)
+            assert limited.id == kept
+            assert await q.complete(limited) == 1
+            result = await q.result(kept)
+            assert result is not None and result.outcome == "succeeded"
+            assert [(s.key, s.running) for s in await q.limits()] == [("api", 0)]
+            assert (await q.cancel(await q.enqueue("k"))).deleted
     finally:
         raw.conn.execute(sql.SQL("DROP OWNED BY {role}").format(**names))
         raw.conn.execute(sql.SQL("DROP ROLE {role}").format(**names))

@@ -197,7 +197,7 @@ class Statements:
         gone_cols = HISTORY_COLUMNS if history else ("id",)
         leaving_cols = gone_cols + tuple(c for c in _LEAVING if c not in gone_cols)
         names["leaving"] = sql.SQL(", ").join(sql.Identifier(c) for c in leaving_cols)
-        names["leaving_j"] = sql.SQL(", ").join(sql.Identifier("j", c) for c in leaving_cols)
+        names["leaving_j"] = sql.SQL(", ").join(sql.SQL(f"j.{c}") for c in leaving_cols)
         self.claim_index_name = f"{name}_unlimited"
 
         # One job, announced in the same statement; the notification is
@@ -415,11 +415,19 @@ picked AS (
         # read one empty index.
         limited = """
 free AS (
-    SELECT s.limit_key, s.slot, row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
       FROM (SELECT limit_key, slot FROM {slots} AS s
              WHERE job_id IS NULL
-               AND slot <= coalesce((SELECT max_running FROM {limits} AS m
-                                      WHERE m.limit_key = s.limit_key), 1)
+               -- Below the limit, less the slots above it still taken (a
+               -- lowered limit): those only ever get freed, so a count read
+               -- from an older snapshot errs on the safe side.
+               AND slot <= (SELECT l.n - (SELECT count(*) FROM {slots} AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot > l.n
+                                             AND h.job_id IS NOT NULL)
+                              FROM (SELECT coalesce((SELECT max_running FROM {limits} AS m
+                                                      WHERE m.limit_key = s.limit_key), 1)
+                                           AS n) AS l)
                AND EXISTS (SELECT FROM {table} AS t
                             WHERE t.status = 'pending' AND t.limit_key = s.limit_key
                               AND t.run_at <= now(){served})
@@ -439,7 +447,8 @@ limited AS (
                     FOR UPDATE SKIP LOCKED) AS y) AS x
       JOIN free AS f ON f.limit_key = k.limit_key AND f.n = x.n),
 taken AS (
-    UPDATE {slots} AS s SET job_id = l.id, attempt = l.attempts + 1, taken_at = now()
+    UPDATE {slots} AS s
+       SET job_id = l.id, attempt = l.attempts + 1, taken_at = now()
       FROM limited AS l
      WHERE s.limit_key = l.limit_key AND s.slot = l.slot)"""
         # Which limited jobs a claim serves (t: a job row).
@@ -545,7 +554,8 @@ RETURNING {jcols}"""
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.{attempt}),
 {kept} AS (
-    INSERT INTO {results} AS r (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    INSERT INTO {results} AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
     SELECT d.id, d.kind, d.queue, {outcome}, {value}, {error}, d.attempts, now() + d.result_ttl
       FROM {source} AS d{join}
      WHERE d.result_ttl IS NOT NULL{only}
@@ -554,10 +564,10 @@ RETURNING {jcols}"""
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id)"""
             ).format(
-                source=sql.Identifier(source),
-                freed=sql.Identifier(f"{source}_freed"),
-                kept=sql.Identifier(f"{source}_results"),
-                attempt=sql.Identifier(attempt),
+                source=sql.SQL(source),
+                freed=sql.SQL(f"{source}_freed"),
+                kept=sql.SQL(f"{source}_results"),
+                attempt=sql.SQL(attempt),
                 outcome=sql.SQL(outcome),
                 value=sql.SQL(value),
                 error=sql.SQL(error),
@@ -574,8 +584,7 @@ RETURNING {jcols}"""
         # SELECT, so that it runs once the rows it announces are written.
         def told(*sources: str) -> sql.Composable:
             kept = sql.SQL(" UNION ALL ").join(
-                sql.SQL("SELECT job_id FROM {}").format(sql.Identifier(f"{src}_results"))
-                for src in sources
+                sql.SQL(f"SELECT job_id FROM {src}_results") for src in sources
             )
             return sql.SQL(
                 "(SELECT count(pg_notify({results_channel}, job_id::text)) FROM ({kept}) AS k)"
@@ -592,7 +601,7 @@ done AS (
         keep_done = _history_copy(keep, "done", "succeeded")
         self.complete = _render(
             """
-WITH {done}
+WITH{done}
 SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM done), {told}""",
             done=sql.SQL(done).format(fence=sql.SQL(""), keep=keep_done, after=after_done, **names),
             told=told("done"),
@@ -607,12 +616,12 @@ SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM done), {told}""",
         # reports cancelled) is deleted instead, whatever the worker decided:
         # a cancelled job is never retried, reaped back or buried.
         failure_rows = """
-  {verb} unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-              %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-              %(f_error)s::text[])
-       AS f(id, attempts, locked_by, new_attempts, status, delay, error)
- WHERE j.id = f.id AND j.status = 'running'
-   AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by"""
+      {verb} unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by"""
         failures = """
 failed_rows AS (
     UPDATE {table} AS j
@@ -645,7 +654,7 @@ failed AS (
         )
         self.record_failures = _render(
             """
-WITH {failures}
+WITH{failures}
 SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM failed),
        (SELECT coalesce(array_agg(status), '{{}}') FROM failed), {told}""",
             failures=failure_ctes,
@@ -660,11 +669,10 @@ SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM failed),
         # waiting for the WAL flush: should the server crash, the last
         # moments of it are forgotten and those jobs run again, which
         # at-least-once delivery allows. Enqueues are never relaxed.
-        cycle = """
-WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-{done},
-{failures},
-{limited},
+        cycle = (
+            "\nWITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),"
+            "{done},{failures},{limited},"
+            """
 claimed AS ({claim})
 SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM done),
        (SELECT coalesce(array_agg(id), '{{}}') FROM failed),
@@ -672,6 +680,7 @@ SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        {told}
   FROM relax"""
+        )
         worker_done = sql.SQL(done).format(
             fence=sql.SQL(" AND locked_by = %(worker)s"), keep=keep_done, after=after_done, **names
         )

@@ -778,4 +778,5 @@ def test_the_sql_docs_unique_md_shows_is_the_sql_the_code_runs() -> None:
     assert len(shown) >= 8
     rendered = rendered_statements()
     for statement in shown:
-        assert statement in rendered, statement[:80]
+        # A whole statement, or a part of one (a CTE of a bigger statement).
+        assert statement in rendered or any(statement in r for r in rendered), statement[:80]

@@ -201,7 +201,8 @@ def run_ceiling(dsn: str, n: int, batch_size: int) -> Run:
     ceiling is more honest the faster it is. Enqueue is `enqueue_many`.
     """
     table = _table()
-    claim = QueueCore(table).sql.claim_for(False, False, batch_size)
+    # The claim of a worker's turn while no limit is in use (as in this run).
+    claim = QueueCore(table).sql.claim_for(False, False, batch_size, limited=False)
     delete = SeedStatements(table).delete_batch
 
     def drain(conn: psycopg.Connection[Any], name: str, progress: Progress) -> None:

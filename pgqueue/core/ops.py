@@ -166,6 +166,12 @@ class QueueCore:
         self.sql = Statements(table, history=history)
         self.schema = SchemaNames.for_table(table)
         self.backoff = backoff if backoff is not None else Backoff()
+        # Whether the table has limit slots, as the last worker's turn saw it
+        # (written by `cycle`'s plans, read when the next turn is built):
+        # while it has none, turns leave the claim of limited jobs out. A
+        # table's first slot comes with its first limited job, whose
+        # notification wakes the workers: the next turn includes them.
+        self.limits_in_use = True
 
     @property
     def table(self) -> str:
@@ -406,9 +412,9 @@ class QueueCore:
     ) -> Operation[Cycle]:
         claim = dict(claim)
         limit = claim.pop("limit")
-        statement = self.sql.turn(
-            "queues" in claim, "kinds" in claim, "claim_bytes" in claim, limit
-        )
+        shape = ("queues" in claim, "kinds" in claim, "claim_bytes" in claim)
+        limited = self.limits_in_use
+        statement = self.sql.turn(*shape, limit, limited)
         params = {
             **claim,
             "worker": worker,
@@ -418,7 +424,16 @@ class QueueCore:
         }
 
         def plan() -> Plan[Cycle]:
-            ((done, failed, statuses, claimed, _),) = yield Query(statement, params)
+            ((done, failed, statuses, claimed, _, slots),) = yield Query(statement, params)
+            self.limits_in_use = slots
+            if slots and not limited and limit > len(claimed):
+                # Limits came into use since the last turn: claim the rest
+                # of the batch again, limited jobs included, at once.
+                again = self.sql.turn(*shape, limit - len(claimed), True)
+                nothing = {**claim, "worker": worker, "done": []}
+                nothing |= _failure_arrays([]) | _result_arrays(None)
+                ((_, _, _, more, _, _),) = yield Query(again, nothing)
+                claimed = claimed + more
             written = {i: JobStatus(s) for i, s in zip(failed, statuses, strict=True)}
             return Cycle(done, written, _in_claim_order(map(Job.from_json, claimed)))
 

@@ -456,20 +456,29 @@ taken AS (
                               AND NOT EXISTS (SELECT FROM {queues} AS q
                                                WHERE q.queue = t.queue AND q.paused)"""
         # The claim proper: limited jobs first, then the rest of the batch.
+        # While no limit is in use (no slot exists), a worker's turn leaves
+        # the limited part out: a claim of jobs without a limit key is then
+        # what it was before limits existed (`QueueCore.limits_in_use`).
         claim = """
 UPDATE {table} AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
- WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
+ WHERE j.id = ANY({limited_ids}ARRAY(
 WITH RECURSIVE{found},{levels},{pick}
-SELECT id FROM ({take}) AS taking LIMIT {limit} - (SELECT count(*) FROM limited)))
+{take}{rest}))
 RETURNING {jcols}"""
         no_orphans = sql.SQL("\n                     AND NOT coalesce({}, false)").format(ORPHANED)
 
         def claim_parts(
-            queues: bool, kinds: bool, limit: int, budget: bool = False, worker: bool = False
+            queues: bool,
+            kinds: bool,
+            limit: int,
+            budget: bool = False,
+            worker: bool = False,
+            limited_jobs: bool = True,
         ) -> tuple[sql.Composable, sql.Composable]:
-            """The claim's CTEs of limited jobs, and its UPDATE; a worker's
-            (`worker`) leaves orphaned jobs out of its batches."""
+            """The claim's CTEs of limited jobs (none without `limited_jobs`),
+            and its UPDATE; a worker's (`worker`) leaves orphaned jobs out of
+            its batches."""
             served = sql.SQL(served_queues).format(**names)
             if queues:
                 served += sql.SQL(" AND t.queue = ANY(%(queues)s::text[])")
@@ -491,14 +500,19 @@ RETURNING {jcols}"""
                 levels=sql.SQL(levels).format(**names),
                 pick=picked,
                 take=sql.SQL(within_budget if budget else "SELECT id FROM picked"),
-                limit=sql.Literal(limit),
+                limited_ids=sql.SQL("ARRAY(SELECT id FROM limited) || " if limited_jobs else ""),
+                rest=sql.SQL(
+                    "\n LIMIT {} - (SELECT count(*) FROM limited)" if limited_jobs else ""
+                ).format(sql.Literal(limit)),
                 **names,
             )
-            return ctes, update
+            return (ctes if limited_jobs else sql.SQL("")), update
 
-        def claim_statement(queues: bool, kinds: bool, limit: int) -> sql.Composable:
-            ctes, update = claim_parts(queues, kinds, limit)
-            return sql.SQL("WITH {}{}").format(ctes, update)
+        def claim_statement(
+            queues: bool, kinds: bool, limit: int, limited: bool = True
+        ) -> sql.Composable:
+            ctes, update = claim_parts(queues, kinds, limit, limited_jobs=limited)
+            return sql.SQL("WITH{}{}").format(ctes, update) if limited else update
 
         # The batch size is written into the statement, not passed: with a
         # parameter, PostgreSQL planned the claim anew at every execution
@@ -671,14 +685,15 @@ SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM failed),
         # at-least-once delivery allows. Enqueues are never relaxed.
         cycle = (
             "\nWITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),"
-            "{done},{failures},{limited},"
+            "{done},{failures},{limited}"
             """
 claimed AS ({claim})
 SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM done),
        (SELECT coalesce(array_agg(id), '{{}}') FROM failed),
        (SELECT coalesce(array_agg(status), '{{}}') FROM failed),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
-       {told}
+       {told},
+       EXISTS (SELECT FROM {slots})
   FROM relax"""
         )
         worker_done = sql.SQL(done).format(
@@ -1102,27 +1117,33 @@ SELECT EXISTS (SELECT FROM s), (SELECT id FROM job),
             statement = self._rendered[key] = render()
         return statement
 
-    def claim_for(self, queues: bool, kinds: bool, limit: int) -> bytes:
+    def claim_for(self, queues: bool, kinds: bool, limit: int, limited: bool = True) -> bytes:
         """The claim of up to `limit` jobs, with a ``queues`` and a ``kinds``
-        parameter if told so (see `pgqueue.core.ops.QueueCore.claim`)."""
+        parameter if told so (see `pgqueue.core.ops.QueueCore.claim`); of
+        jobs without a limit key only, unless `limited`."""
         return self._remember(
-            ("claim", queues, kinds, limit),
-            lambda: self._claim_statement(queues, kinds, limit).as_bytes(None),
+            ("claim", queues, kinds, limit, limited),
+            lambda: self._claim_statement(queues, kinds, limit, limited).as_bytes(None),
         )
 
-    def turn(self, queues: bool, kinds: bool, budget: bool, limit: int) -> bytes:
+    def turn(
+        self, queues: bool, kinds: bool, budget: bool, limit: int, limited: bool = True
+    ) -> bytes:
         """A worker's turn (see the ``cycle`` template above) claiming up to
         `limit` jobs, with ``queues``, ``kinds`` and ``claim_bytes``
-        parameters if told so."""
+        parameters if told so; jobs with a limit key too if `limited`."""
         cycle, done, failures, told, names = self._turn_parts
 
         def render() -> bytes:
-            ctes, update = self._claim_parts(queues, kinds, limit, budget=budget, worker=True)
+            ctes, update = self._claim_parts(
+                queues, kinds, limit, budget=budget, worker=True, limited_jobs=limited
+            )
+            ctes = ctes + sql.SQL(",") if limited else ctes
             return _render(
                 cycle, done=done, failures=failures, limited=ctes, claim=update, told=told, **names
             )
 
-        return self._remember(("turn", queues, kinds, budget, limit), render)
+        return self._remember(("turn", queues, kinds, budget, limit, limited), render)
 
 
 class SeedStatements:

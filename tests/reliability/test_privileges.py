@@ -33,6 +33,7 @@ GRANTS = (
     "GRANT SELECT, INSERT, UPDATE, DELETE ON {table} TO {role}",
     "GRANT USAGE ON SEQUENCE {sequence} TO {role}",
     "GRANT SELECT, INSERT, UPDATE, DELETE ON {queues}, {leases}, {schedules} TO {role}",
+    "GRANT SELECT, INSERT, UPDATE, DELETE ON {results}, {limits}, {slots} TO {role}",
 )
 # With history=True, as the same section says.
 HISTORY_GRANT = "GRANT SELECT, INSERT, DELETE ON {history} TO {role}"
@@ -52,6 +53,9 @@ def runtime_dsn(dsn: str, table: str, raw: Raw) -> Iterator[str]:
         "queues": sql.Identifier(f"{table}_queues"),
         "leases": sql.Identifier(f"{table}_unique_leases"),
         "schedules": sql.Identifier(f"{table}_schedules"),
+        "results": sql.Identifier(f"{table}_results"),
+        "limits": sql.Identifier(f"{table}_limits"),
+        "slots": sql.Identifier(f"{table}_limit_slots"),
     }
     raw.conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(names["role"]))
     for grant in (*GRANTS, HISTORY_GRANT):

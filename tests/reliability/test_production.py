@@ -53,6 +53,9 @@ def _role_sql(fleet: Fleet, statement: str, role: str) -> None:
             queues=sql.Identifier(f"{fleet.table}_queues"),
             leases=sql.Identifier(f"{fleet.table}_unique_leases"),
             schedules=sql.Identifier(f"{fleet.table}_schedules"),
+            results=sql.Identifier(f"{fleet.table}_results"),
+            limits=sql.Identifier(f"{fleet.table}_limits"),
+            slots=sql.Identifier(f"{fleet.table}_limit_slots"),
         )
     )
 
@@ -69,6 +72,8 @@ def roles(fleet: Fleet) -> Iterator[Callable[..., Role]]:
         _role_sql(fleet, "GRANT SELECT, INSERT, UPDATE, DELETE ON {table} TO {role}", name)
         _role_sql(fleet, "GRANT USAGE ON SEQUENCE {sequence} TO {role}", name)
         grant = "GRANT SELECT, INSERT, UPDATE, DELETE ON {queues}, {leases}, {schedules} TO {role}"
+        _role_sql(fleet, grant, name)
+        grant = "GRANT SELECT, INSERT, UPDATE, DELETE ON {results}, {limits}, {slots} TO {role}"
         _role_sql(fleet, grant, name)
         for setting, value in settings.items():
             _role_sql(fleet, f"ALTER ROLE {{role}} SET {setting} = '{value}'", name)

@@ -167,6 +167,8 @@ def test_enqueue_writes_the_job_and_prints_its_id(run: Cli, queue: pgqueue.Queue
         "priority": 0,
         "duplicate": False,
         "replaced": False,
+        "limit_key": None,
+        "result_ttl_seconds": None,
     }
     ping = queue.get(new["id"])
     assert ping is not None and (ping.kind, ping.payload) == ("ping", None)

@@ -13,6 +13,9 @@
     pgqueue queues pause mail                           # or: resume mail
     pgqueue cron list                                   # schedules: last and next tick
     pgqueue cron trigger nightly_report                 # or: pause NAME, resume NAME
+    pgqueue cancel 17 18                                # removed, or (running) asked to stop
+    pgqueue result 17                                   # its outcome, and value or error
+    pgqueue limits                                      # or: limits set api 5
     pgqueue reap --visibility-timeout 10m
     pgqueue worker myapp.jobs:worker                    # until SIGINT or SIGTERM
     pgqueue worker myapp.jobs:async_worker --trio       # an AsyncWorker on trio
@@ -44,7 +47,9 @@ Exit status:
   (the dead ones named are still retried), ``enqueue --on-duplicate raise``
   found its unique key taken, ``cron pause|resume|trigger`` named no schedule
   or ``cron trigger`` found an overlap=False schedule's job still pending or
-  running, or the worker failed.
+  running, ``cancel ID...`` named a job not in the queue (the others are
+  cancelled), ``result ID`` found neither the job nor a result kept, or the
+  worker failed.
 * 2: bad arguments (no DSN, a malformed DURATION, PAYLOAD or date, a target
   that cannot be loaded...): a usage message on stderr, nothing written.
 * 130: interrupted by SIGINT before a clean stop.
@@ -78,7 +83,9 @@ exit status:
        this pgqueue, `jobs show` found no such job, `dead retry ID` named a
        job that is not dead, `enqueue --on-duplicate raise` found its unique
        key taken, `cron` named no schedule, `cron trigger` found the
-       schedule's job still active (overlap=False), or the worker failed
+       schedule's job still active (overlap=False), `cancel ID` named a job
+       not in the queue, `result ID` found no job and no result, or the
+       worker failed
   2    bad arguments: usage message on stderr, nothing written
   130  interrupted
 

@@ -52,6 +52,8 @@ def _job_options(args: argparse.Namespace) -> dict[str, Any]:
         "unique": args.unique,
         "unique_for": args.unique_for,
         "on_duplicate": args.on_duplicate,
+        "result_ttl": args.result_ttl,
+        "limit_key": args.limit_key,
     }
 
 
@@ -89,6 +91,10 @@ def cmd_enqueue(queue: Queue, args: argparse.Namespace) -> int:
             "priority": args.priority,
             "duplicate": duplicate,
             "replaced": replaced,
+            "limit_key": args.limit_key,
+            "result_ttl_seconds": (
+                None if args.result_ttl is None else args.result_ttl.total_seconds()
+            ),
         }
         emit(args, data, text)
         return 0
@@ -120,6 +126,10 @@ def cmd_enqueue(queue: Queue, args: argparse.Namespace) -> int:
     where = "" if args.queue == DEFAULT_QUEUE else f" in queue {args.queue}"
     if args.priority:
         where += f" at priority {args.priority}"
+    if args.limit_key is not None:
+        where += f" under limit {args.limit_key}"
+    if args.result_ttl is not None:
+        due += f", its result kept {format_duration(args.result_ttl)}"
     return done(new_id, f"enqueued job {new_id} ({args.kind}){where}{due}")
 
 
@@ -152,7 +162,9 @@ def cmd_jobs_show(queue: Queue, args: argparse.Namespace) -> int:
         ("queue", job.queue),
         ("priority", job.priority),
         ("unique key", "-" if job.unique_key is None else job.unique_key),
-        ("status", job.status.value),
+        ("limit key", "-" if job.limit_key is None else job.limit_key),
+        ("result ttl", "-" if job.result_ttl is None else format_duration(job.result_ttl)),
+        ("status", job.status.value + (" (cancel requested)" if job.cancel_requested else "")),
         ("attempts", f"{job.attempts} of {job.max_attempts}"),
         ("run at", format_time(job.run_at)),
         ("created at", format_time(job.created_at)),

@@ -46,6 +46,7 @@ from .commands import (
     prepare_dead_retry,
     prepare_enqueue,
 )
+from .control import add_control_commands, limit_key
 from .cron import add_cron_commands
 from .errors import OperationFailed, UsageError, one_line
 
@@ -185,6 +186,22 @@ def add_operator_commands(commands: Any) -> None:
         "not started (replace)",
     )
 
+    control = enqueue.add_argument_group("results and limits")
+    control.add_argument(
+        "--result-ttl",
+        type=positive_duration,
+        metavar="DURATION",
+        help="keep the job's outcome and its handler's return value this long after it "
+        "ends, for `pgqueue result` and wait()",
+    )
+    control.add_argument(
+        "--limit-key",
+        type=limit_key,
+        metavar="KEY",
+        help="count the job against this key's limit of running jobs (`pgqueue limits set`; "
+        "one at a time until set)",
+    )
+
     stats = leaf(
         commands,
         "stats",
@@ -313,6 +330,7 @@ def add_operator_commands(commands: Any) -> None:
     )
 
     add_cron_commands(nested("cron", "list, pause, resume and trigger schedules"), leaf)
+    add_control_commands(commands, leaf)
 
 
 def run_on_queue(

@@ -84,6 +84,9 @@ def job_json(job: Job) -> dict[str, Any]:
         "queue": job.queue,
         "priority": job.priority,
         "unique_key": job.unique_key,
+        "limit_key": job.limit_key,
+        "result_ttl_seconds": None if job.result_ttl is None else job.result_ttl.total_seconds(),
+        "cancel_requested": job.cancel_requested,
         "payload": job.payload,
     }
 

@@ -30,18 +30,17 @@ maxima must stay at or below the limit; the script exits with status 1 if
 one does not.
 
 **claims** (``--skip-claims`` leaves it out): what the claim of jobs
-*without* a limit key pays for limits. A claim always carries the parts
-that claim limited jobs (CTEs ``free``, ``limited`` and ``taken``); on a
-table whose limit tables are empty they read one empty index. For each
-case below a table holds 20,000 ready unlimited jobs, and the claim of 20
-(`Statements.claim_for`, as `Queue.claim` runs it) is measured beside the
-same statement with those three parts replaced by an empty ``limited``
-(what the claim costs without limits: the statement before migration 8,
-but for ``limit_key IS NULL``): ``EXPLAIN (ANALYZE, BUFFERS)`` of each
-(rolled back), the buffers of the three parts alone, and the p50 of
-``--claims`` claims of each, taken in turns and each followed by the
-queue's ``complete`` statement, on one autocommit connection (prepared
-after five runs, as a worker's pool does).
+*without* a limit key pays for limits. `Queue.claim`, and a worker's turn
+once the table has a limit slot, carry the parts that claim limited jobs
+(CTEs ``free``, ``limited`` and ``taken``); a worker's turn leaves them
+out while the table has no slot. For each case below a table holds 20,000
+ready unlimited jobs, and the claim of 20 with those parts
+(`Statements.claim_for`) is measured beside the claim without them
+(``limited=False``: the claim as it was before limits):
+``EXPLAIN (ANALYZE, BUFFERS)`` of each (rolled back), the buffers of the
+three parts alone, and the p50 of ``--claims`` claims of each, taken in
+turns and each followed by the queue's ``complete`` statement, on one
+autocommit connection (prepared after five runs, as a worker's pool does).
 
 * ``no limits in use``: the limit tables are empty;
 * ``10 keys at their limit``: 10 keys with a limit of 10, each with 10
@@ -397,16 +396,6 @@ def fill_claims_table(conn: psycopg.Connection[Any], q: pgqueue.Queue, case: Cla
         run("VACUUM ANALYZE {" + table + "}")
 
 
-def without_limited_ctes(claim: bytes) -> bytes:
-    """The claim with its CTEs free, limited and taken replaced by an empty
-    ``limited``: what a claim costs with no parts for limited jobs."""
-    text = claim.decode()
-    head, found, rest = text.partition('\nUPDATE "')
-    if not found or "\nfree AS (" not in head or "\ntaken AS (" not in head:
-        raise RuntimeError("the claim no longer has the shape this benchmark expects")
-    return ("WITH limited AS (SELECT NULL::bigint AS id WHERE false)" + found + rest).encode()
-
-
 def buffers(node: dict[str, Any]) -> int:
     return int(node["Shared Hit Blocks"] + node["Shared Read Blocks"])
 
@@ -435,7 +424,7 @@ def measure_claims(dsn: str, case: ClaimCase, claims: int) -> ClaimResult:
             with psycopg.connect(dsn, autocommit=True) as conn:
                 fill_claims_table(conn, q, case)
                 claim = q.core.sql.claim_for(False, False, CLAIM_BATCH)
-                plain = without_limited_ctes(claim)
+                plain = q.core.sql.claim_for(False, False, CLAIM_BATCH, limited=False)
                 total, parts = explain(conn, claim)
                 total_without, _ = explain(conn, plain)
                 times: dict[bytes, list[float]] = {claim: [], plain: []}

@@ -23,10 +23,19 @@ window; an enqueue must return that holder (or raise `DuplicateJob` naming
 it, or give it the new payload), and an operator's retry revives a dead
 job only where the key's rule allows. After every step the table's holders
 and leases must be the model's.
+
+Jobs are cancelled from every state: a pending or dead one is gone at once;
+a running one is asked to stop (its heartbeat says so), and whatever its
+worker or the reaper then records deletes it, unless its worker reports a
+success first. Some jobs keep their outcome (``result_ttl``): the model
+knows each kept result (succeeded with its value, dead, cancelled), and
+after every step the results table must be the model's; ``result()`` of any
+job the machine has seen must say what the model says.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import timedelta
@@ -47,6 +56,7 @@ from psycopg import sql
 
 import pgqueue
 from pgqueue import Backoff, DuplicateJob, Job, JobNotRunning, JobSpec, JobStatus
+from pgqueue.core.ops import Heartbeat
 from pgqueue.core.sql import UNIQUE_PREDICATES
 from pgqueue.core.states import DELETED, Event, State, next_state
 
@@ -55,6 +65,7 @@ QUEUES = ("default", "urgent", "bulk")
 LATER = timedelta(hours=1)
 LEASE = timedelta(minutes=5)
 WINDOW = timedelta(hours=1)
+KEEP = timedelta(hours=1)  # result_ttl: long enough that no result expires in a run
 KEYS = ("a", "b", "c")
 # unique="queued" / "active", or a window (unique_for): where a key is held.
 SCOPES = ("queued", "active", "window")
@@ -93,6 +104,8 @@ class ModelJob:
     priority: int = 0
     key: str | None = None
     scope: str | None = None
+    keeps: bool = False  # enqueued with result_ttl
+    cancel_requested: bool = False
 
     def holds(self, key: str, scope: str) -> bool:
         """Whether this job holds ``key`` in ``scope`` (the unique indexes' predicates)."""
@@ -122,6 +135,7 @@ class EnqueueSpec:
     queue: str = "default"
     priority: int = 0
     unique: Uniqueness | None = None
+    keeps: bool = False
 
     def options(self) -> dict[str, Any]:
         """The keyword arguments of `enqueue` (and fields of `JobSpec`) besides kind and payload."""
@@ -130,6 +144,7 @@ class EnqueueSpec:
             "delay": LATER if self.delayed else None,
             "queue": self.queue,
             "priority": self.priority,
+            "result_ttl": KEEP if self.keeps else None,
         }
         u = self.unique
         if u is not None:
@@ -142,7 +157,14 @@ class EnqueueSpec:
 
 
 specs_st = st.builds(
-    EnqueueSpec, kinds_st, max_attempts_st, st.booleans(), queues_st, priorities_st, uniqueness_st
+    EnqueueSpec,
+    kinds_st,
+    max_attempts_st,
+    st.booleans(),
+    queues_st,
+    priorities_st,
+    uniqueness_st,
+    st.booleans(),
 )
 
 
@@ -153,8 +175,9 @@ class QueueMachine(RuleBasedStateMachine):
         self.raw = raw
         self.table = sql.Identifier(queue.table)
         self.leases_table = sql.Identifier(f"{queue.table}_unique_leases")
+        self.results_table = sql.Identifier(f"{queue.table}_results")
         # Every example starts from an empty table.
-        self.query("TRUNCATE {table}, {leases}")
+        self.query("TRUNCATE {table}, {leases}, {results}")
         self.model: dict[int, ModelJob] = {}
         # unique_for windows by key.
         self.leases: dict[str, Lease] = {}
@@ -163,11 +186,17 @@ class QueueMachine(RuleBasedStateMachine):
         # Claims whose lease expired: their worker may still report, too late.
         self.stale: list[Job] = []
         self.payloads = iter(range(1_000_000))
+        # Kept results by job id: (outcome, value), as the results table holds them.
+        self.results: dict[int, tuple[str, Any]] = {}
+        # Jobs that left the table keeping nothing: result() says None.
+        self.gone: set[int] = set()
 
     # -- helpers ---------------------------------------------------------------
 
     def query(self, text: str, *params: Any) -> list[tuple[Any, ...]]:
-        composed = sql.SQL(text).format(table=self.table, leases=self.leases_table)
+        composed = sql.SQL(text).format(
+            table=self.table, leases=self.leases_table, results=self.results_table
+        )
         cur = self.raw.execute(composed, params or None)
         return cur.fetchall() if cur.description else []
 
@@ -179,11 +208,28 @@ class QueueMachine(RuleBasedStateMachine):
         job = self.model[job_id]
         attempts = job.attempts + 1 if event is Event.CLAIM else job.attempts
         new = next_state(job.status, event, attempts=attempts, max_attempts=job.max_attempts)
-        if new is DELETED:
+        if new is DELETED or new is JobStatus.CANCELLED:
             del self.model[job_id]
+            self.claims.pop(job_id, None)
+            if not job.keeps:
+                self.gone.add(job_id)
+            elif new is JobStatus.CANCELLED:
+                self.results[job_id] = ("cancelled", None)
+            else:
+                self.results[job_id] = ("succeeded", changes.get("value"))
         else:
+            changes.pop("value", None)
             self.model[job_id] = replace(job, **{"status": new, "attempts": attempts, **changes})
+            if new is JobStatus.DEAD and job.keeps:
+                self.results[job_id] = ("dead", None)
         return new
+
+    def outcome_of(self, job_id: int, event: Event, **changes: Any) -> State:
+        """`transition` for a recorded failure or expiry: a job whose cancel
+        was requested is cancelled instead, whatever the event would do."""
+        if self.model[job_id].cancel_requested:
+            return self.transition(job_id, Event.CANCEL)
+        return self.transition(job_id, event, **changes)
 
     def holder(self, key: str, scope: str) -> int | None:
         """The job that holds ``key`` in ``scope`` now, by the model; None if it is free."""
@@ -219,6 +265,7 @@ class QueueMachine(RuleBasedStateMachine):
         self.model[job_id] = ModelJob(
             JobStatus.PENDING, 0, spec.max_attempts, spec.kind, payload, not spec.delayed,
             spec.queue, spec.priority, None if u is None else u.key, None if u is None else u.scope,
+            spec.keeps,
         )  # fmt: skip
         if u is not None and u.scope == "window":
             self.leases[u.key] = Lease(job_id)
@@ -368,8 +415,23 @@ class QueueMachine(RuleBasedStateMachine):
         args: list[Job | int] = [self.claims[i] if as_jobs else i for i in chosen]
         assert self.queue.complete(*args) == len(chosen)
         for job_id in chosen:
+            # A handler that finished before it heard of its cancel succeeded.
             assert self.transition(job_id, Event.SUCCEED) is DELETED
-            del self.claims[job_id]
+
+    @precondition(lambda self: self.ids(JobStatus.RUNNING))
+    @rule(data=st.data())
+    def settle_with_return_values(self, data: st.DataObject) -> None:
+        # One worker's successes, each with its handler's return value.
+        worker = self.claims[data.draw(st.sampled_from(self.ids(JobStatus.RUNNING)))].locked_by
+        mine = [i for i, job in self.claims.items() if job.locked_by == worker]
+        chosen = data.draw(st.lists(st.sampled_from(mine), min_size=1, unique=True))
+        values = {i: {"returned": self.model[i].payload} for i in chosen}
+        results = {i: json.dumps(v) for i, v in values.items()}
+        assert worker is not None
+        done, failed = self.queue.settle(chosen, [], worker=worker, results=results)
+        assert (sorted(done), failed) == (sorted(chosen), {})
+        for job_id in chosen:
+            assert self.transition(job_id, Event.SUCCEED, value=values[job_id]) is DELETED
 
     @precondition(lambda self: self.ids(JobStatus.PENDING) or self.ids(JobStatus.DEAD))
     @rule(data=st.data())
@@ -386,11 +448,12 @@ class QueueMachine(RuleBasedStateMachine):
             self.claims[job_id], ValueError(f"boom {job_id}"), retry_in=retry_in
         )
         # The queue's backoff is zero: without retry_in, a failed job is ready at once.
-        expected = self.transition(job_id, Event.FAIL, ready=retry_in != LATER)
+        expected = self.outcome_of(job_id, Event.FAIL, ready=retry_in != LATER)
         assert status is expected
-        del self.claims[job_id]
-        last_error = self.query("SELECT last_error FROM {table} WHERE id = %s", job_id)[0][0]
-        assert last_error == f"ValueError: boom {job_id}"
+        self.claims.pop(job_id, None)
+        if expected is not JobStatus.CANCELLED:
+            last_error = self.query("SELECT last_error FROM {table} WHERE id = %s", job_id)[0][0]
+            assert last_error == f"ValueError: boom {job_id}"
 
     @precondition(lambda self: self.ids(JobStatus.RUNNING))
     @rule(data=st.data())
@@ -407,12 +470,15 @@ class QueueMachine(RuleBasedStateMachine):
         self.reaped()
         expected = set()
         for job_id in expired:
-            if self.transition(job_id, Event.EXPIRE, ready=True) is JobStatus.PENDING:
+            claim = self.claims.pop(job_id)
+            if self.outcome_of(job_id, Event.EXPIRE, ready=True) is JobStatus.PENDING:
                 expected.add(job_id)
-            self.stale.append(self.claims.pop(job_id))
+            self.stale.append(claim)
         assert len(returned) == len(set(returned))
         assert set(returned) == expected
         for job_id in expired:
+            if job_id not in self.model:
+                continue  # cancelled
             status = self.model[job_id].status
             if status is not JobStatus.RUNNING:
                 error = self.query("SELECT last_error FROM {table} WHERE id = %s", job_id)[0][0]
@@ -451,6 +517,65 @@ class QueueMachine(RuleBasedStateMachine):
         assert self.queue.reap(LEASE) == []
         self.reaped()
 
+    # -- job control -------------------------------------------------------------
+
+    @rule(data=st.data(), unknown=st.booleans())
+    def cancel(self, data: st.DataObject, unknown: bool) -> None:
+        known = sorted(self.model) + sorted(self.gone | set(self.results))
+        chosen = data.draw(st.lists(st.sampled_from(known), unique=True)) if known else []
+        if unknown:
+            chosen.append(1_000_000_000)
+        deleted, requested = [], []
+        for job_id in sorted(chosen):
+            job = self.model.get(job_id)
+            if job is None:
+                continue
+            if job.status is JobStatus.RUNNING:
+                requested.append(job_id)
+                self.model[job_id] = replace(job, cancel_requested=True)
+            else:
+                deleted.append(job_id)
+                assert self.transition(job_id, Event.CANCEL) is JobStatus.CANCELLED
+        got = self.queue.cancel(*chosen)
+        found = set(deleted) | set(requested)
+        not_found = sorted(i for i in set(chosen) if i not in found)
+        assert got == pgqueue.Cancelled(deleted, requested, not_found)
+
+    @precondition(lambda self: self.ids(JobStatus.RUNNING))
+    @rule(data=st.data())
+    def cancel_a_running_job(self, data: st.DataObject) -> None:
+        # Often enough that its worker's outcome, or the reaper, comes after.
+        job_id = data.draw(st.sampled_from(self.ids(JobStatus.RUNNING)))
+        assert self.queue.cancel(job_id) == pgqueue.Cancelled([], [job_id], [])
+        self.model[job_id] = replace(self.model[job_id], cancel_requested=True)
+
+    @precondition(lambda self: self.ids(JobStatus.RUNNING))
+    @rule(data=st.data())
+    def heartbeat_tells_of_cancels(self, data: st.DataObject) -> None:
+        worker = self.claims[data.draw(st.sampled_from(self.ids(JobStatus.RUNNING)))].locked_by
+        assert worker is not None
+        mine = sorted(i for i, job in self.claims.items() if job.locked_by == worker)
+        beat = self.queue.heartbeat(mine, worker=worker)
+        asked = [i for i in mine if self.model[i].cancel_requested]
+        assert (sorted(beat.held), sorted(beat.cancel)) == (mine, asked)
+        assert isinstance(beat, Heartbeat)
+
+    @precondition(lambda self: self.model or self.gone or self.results)
+    @rule(data=st.data())
+    def result_says_what_the_model_says(self, data: st.DataObject) -> None:
+        job_id = data.draw(st.sampled_from(sorted(set(self.model) | self.gone | set(self.results))))
+        result = self.queue.result(job_id)
+        job = self.model.get(job_id)
+        if job is not None:
+            assert result is not None and result.outcome == job.status.value
+            if job.status is JobStatus.DEAD:
+                assert result.error is not None
+        elif job_id in self.results:
+            assert result is not None
+            assert (result.outcome, result.value) == self.results[job_id]
+        else:
+            assert result is None
+
     # -- operator ----------------------------------------------------------------
 
     @precondition(lambda self: self.model)
@@ -485,7 +610,8 @@ class QueueMachine(RuleBasedStateMachine):
         rows = self.query(
             """
 SELECT id, status, attempts, max_attempts, kind, payload, run_at <= now(),
-       locked_at IS NOT NULL, locked_by IS NOT NULL, queue, priority, unique_key, unique_scope
+       locked_at IS NOT NULL, locked_by IS NOT NULL, queue, priority, unique_key, unique_scope,
+       result_ttl IS NOT NULL, cancel_requested_at IS NOT NULL
   FROM {table}"""
         )
         in_table = {row[0]: row[1:] for row in rows}
@@ -493,7 +619,7 @@ SELECT id, status, attempts, max_attempts, kind, payload, run_at <= now(),
         assert set(in_table) == set(self.model)
         for job_id, job in self.model.items():
             (status, attempts, max_attempts, kind, payload, ready, locked, owned,
-             queue, priority, key, scope) = in_table[job_id]  # fmt: skip
+             queue, priority, key, scope, keeps, cancel_requested) = in_table[job_id]  # fmt: skip
             assert JobStatus(status) is job.status, job_id
             assert (attempts, max_attempts, kind, payload) == (
                 job.attempts,
@@ -502,6 +628,7 @@ SELECT id, status, attempts, max_attempts, kind, payload, run_at <= now(),
                 {"n": job.payload},
             ), job_id
             assert (queue, priority, key, scope) == (job.queue, job.priority, job.key, job.scope)
+            assert (keeps, cancel_requested) == (job.keeps, job.cancel_requested), job_id
             running = job.status is JobStatus.RUNNING
             assert locked is owned is running, job_id
             if job.status is JobStatus.PENDING:
@@ -513,6 +640,11 @@ SELECT id, status, attempts, max_attempts, kind, payload, run_at <= now(),
             if job.status is JobStatus.DEAD:
                 assert job.attempts == job.max_attempts
         assert set(self.claims) == set(self.ids(JobStatus.RUNNING))
+
+    @invariant()
+    def the_kept_results_are_the_models(self) -> None:
+        rows = self.query("SELECT job_id, outcome, value FROM {results}")
+        assert {i: (outcome, value) for i, outcome, value in rows} == self.results
 
     @invariant()
     def every_key_has_the_models_holder_and_no_other(self) -> None:

@@ -696,6 +696,28 @@ async def test_concurrent_claimers_after_a_lowered_limit_never_exceed_it(
         assert [s for s, _, _ in taken_slots(raw, table, "k")] == [1, 2]
 
 
+async def test_a_workers_turn_claims_limited_jobs_once_limits_come_into_use(
+    queue: Any,
+) -> None:
+    plain = await queue.enqueue("k")
+    turn = await queue.cycle([], [], worker="w", limit=10)
+    assert [j.id for j in turn.claimed] == [plain]
+    # The table's first limited jobs, and another job beside them.
+    limited = await queue.enqueue_many([JobSpec("k", i, limit_key="x") for i in range(2)])
+    other = await queue.enqueue("k")
+    turn = await queue.cycle([plain], [], worker="w", limit=10)
+    assert turn.completed == [plain]
+    assert sorted(j.id for j in turn.claimed) == sorted([limited[0], other])
+    # From then on, the limit holds in every turn.
+    turn = await queue.cycle([other], [], worker="w", limit=10)
+    assert (turn.completed, turn.claimed) == ([other], [])
+    turn = await queue.cycle([limited[0]], [], worker="w", limit=10)
+    # The slot that turn freed is free for the next claim (the statement's
+    # own claim may not see it: it reads the slots as they were before it).
+    then = await queue.cycle([], [], worker="w", limit=10)
+    assert [j.id for j in turn.claimed + then.claimed] == [limited[1]]
+
+
 async def test_a_limit_of_zero_holds_its_jobs_back(queue: Any) -> None:
     await queue.set_limit("off", 0)
     held = await queue.enqueue("k", limit_key="off")

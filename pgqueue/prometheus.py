@@ -39,7 +39,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess
 import psycopg
 
 from .core.events import JobEvent
-from .core.jobs import JobStatus
+from .core.jobs import ROW_STATUSES, JobStatus
 from .sync.queue import Queue
 
 __all__ = ["DEFAULT_BUCKETS", "PrometheusMetrics", "QueueStatsCollector"]
@@ -56,8 +56,8 @@ class PrometheusMetrics:
     * ``<namespace>_jobs_total{table, queue, kind, event}``: a counter of
       events, by the queue's table, the job's queue and kind, and the event's
       name (``claimed``, ``succeeded``, ``failed``, ``dead``, ``released``,
-      ``interrupted``, ``reaped``). ``queue`` and ``kind`` are empty for
-      reaped jobs and jobs the reaper buried.
+      ``interrupted``, ``reaped``, ``cancelled``). ``queue`` and ``kind`` are
+      empty for reaped jobs and jobs the reaper buried or cancelled.
     * ``<namespace>_job_duration_seconds{table, queue, kind}``: a histogram of
       handler run times, from the events that carry one (``succeeded``,
       ``failed``, ``dead``).
@@ -235,7 +235,7 @@ class QueueStatsCollector(Collector):
                 families["up"].add_metric([table], 0.0)
                 continue
             families["up"].add_metric([table], 1.0)
-            for status in JobStatus:
+            for status in ROW_STATUSES:
                 families["jobs"].add_metric([table, status.value], stats.by_status[status])
             breakdowns: tuple[tuple[str, Mapping[Any, Mapping[JobStatus, int]]], ...] = (
                 ("kind_jobs", stats.by_kind),

@@ -49,6 +49,13 @@ class EventName(enum.StrEnum):
     REAPED = "reaped"
     """This worker's reaper found the job's lease expired (its worker is
     presumed dead) and returned it to ``pending``."""
+    CANCELLED = "cancelled"
+    """The job's cancel was requested (`pgqueue.Queue.cancel`) while it was
+    claimed or running, and its row is deleted: never retried, reaped back
+    or marked dead. Reported by the worker that ran it (its handler was
+    cancelled, stopped on ``job_context().cancel_requested``, or ended in
+    any other way but success), or by a reaper for a job whose worker
+    vanished (``kind`` None)."""
 
     def __str__(self) -> str:
         return self.value
@@ -80,7 +87,8 @@ class JobEvent:
     """Seconds the handler ran, for ``SUCCEEDED``, ``FAILED`` and ``DEAD`` after a run;
     None where no handler ran to the end."""
     error: str | None = None
-    """The first line of the job's ``last_error`` (``FAILED``, ``DEAD``, ``INTERRUPTED``)."""
+    """The first line of the job's ``last_error`` (``FAILED``, ``DEAD``, ``INTERRUPTED``,
+    ``CANCELLED`` from its worker)."""
     queue: str | None = None
     """The job's queue (`pgqueue.Job.queue`); None where the worker does not know
     the job (`EventName.REAPED`, and `EventName.DEAD` from the reaper)."""

@@ -45,9 +45,9 @@ class Phase(enum.StrEnum):  # str-hashed: looked up several times per job
 class Move(enum.StrEnum):
     """What happens to a job: a runner begins it (START); it is kept back to
     run alone (HOLD) until its turn (UNHOLD); its outcome is decided
-    (FINISH), also when it is given back unstarted (RELEASE); the outcome
-    goes into a statement (WRITE), which fails (UNWRITE) or returns
-    (RECORD); or the database says the lease is gone (LOSE)."""
+    (FINISH), also when it is given back or cancelled unstarted (RELEASE);
+    the outcome goes into a statement (WRITE), which fails (UNWRITE) or
+    returns (RECORD); or the database says the lease is gone (LOSE)."""
 
     START = enum.auto()
     HOLD = enum.auto()
@@ -181,6 +181,15 @@ class Ledger(Generic[O]):
         entry.outcome = outcome
         self._done.append(job_id)
         return True
+
+    def release(self, job_id: int, outcome_for: Callable[[Job], O]) -> Job:
+        """(Completer, for the runners.) Decide the outcome of one claimed or
+        held job no runner has begun (its cancel was requested): it will never
+        start."""
+        entry = self._move(job_id, Move.RELEASE)
+        entry.outcome = outcome_for(entry.job)
+        self._done.append(job_id)
+        return entry.job
 
     def release_unstarted(self, outcome_for: Callable[[Job], O]) -> list[Job]:
         """(Shutdown.) Give back every claimed or held job no runner has begun."""

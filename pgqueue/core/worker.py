@@ -27,6 +27,8 @@ from .ops import Failure
 from .states import Event
 
 __all__ = [
+    "CANCELLED",
+    "CANCELLED_UNSTARTED",
     "INTERRUPTED",
     "RETRY_BACKOFF",
     "Handlers",
@@ -43,6 +45,12 @@ H = TypeVar("H", bound=Callable[..., Any])
 MAX_ERROR_LENGTH = 4000
 
 INTERRUPTED = "interrupted: the worker shut down before the job finished"
+
+# The `last_error` of a job whose cancel was requested: an async handler
+# cancelled through its scope, a job cancelled before it started, or the
+# prefix of what a plain handler raised once asked to stop.
+CANCELLED = "cancelled: the job's cancel was requested while it ran"
+CANCELLED_UNSTARTED = "cancelled: the job's cancel was requested before it started"
 
 # Every loop of a worker that retries after a database error waits this
 # long: 0.1 s doubling to 10 s, stretched by up to half (so that workers
@@ -70,8 +78,9 @@ class Outcome:
     """How one run of a job ended, ready to be written."""
 
     failure: Failure | None  # None: success
-    cause: Event = Event.SUCCEED  # what the failure was decided for: FAIL, EXPIRE, RELEASE
+    cause: Event = Event.SUCCEED  # what the failure was decided for: FAIL, EXPIRE, RELEASE, CANCEL
     duration: float | None = None  # the handler's run time, when listeners want it
+    result: str | None = None  # a success's return value as JSON, for a job with result_ttl
 
 
 SUCCESS = Outcome(None)

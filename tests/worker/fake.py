@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -22,7 +22,7 @@ import psycopg.errors
 
 from pgqueue import Job, JobStatus
 from pgqueue.core.jobs import LEASE_EXPIRED
-from pgqueue.core.ops import Cycle, Failure, QueueCore
+from pgqueue.core.ops import Cycle, Failure, Heartbeat, QueueCore
 from pgqueue.core.schedules import Schedule, Tick
 
 
@@ -33,6 +33,9 @@ class FakeQueue:
         self.core = QueueCore(self.table)
         self.jobs: dict[int, Job] = {}  # pending, running and dead; succeeded ones are deleted
         self.succeeded: list[int] = []
+        self.results: dict[int, str] = {}  # the return values written with successes
+        self.cancel_requested: set[int] = set()  # running jobs asked to stop (`cancel`)
+        self.cancelled: list[int] = []  # jobs deleted as cancelled
         self.calls: Counter[str] = Counter()
         self.failing: Counter[str] = Counter()  # call name -> how many more calls raise
         self.down = False  # every call raises, as with the server unreachable
@@ -45,16 +48,37 @@ class FakeQueue:
 
     # -- arranging ----------------------------------------------------------------
 
-    def add(self, kind: str = "k", n: int = 1, *, orphaned: bool = False) -> list[int]:
+    def add(
+        self,
+        kind: str = "k",
+        n: int = 1,
+        *,
+        orphaned: bool = False,
+        result_ttl: timedelta | None = None,
+    ) -> list[int]:
         now = datetime.now(UTC)
         ids = []
         for _ in range(n):
             error = f"{LEASE_EXPIRED}: no word" if orphaned else None
-            job = Job(self._next_id, kind, {}, 0, 3, JobStatus.PENDING, now, error, None, None, now)
+            job = Job(self._next_id, kind, {}, 0, 3, JobStatus.PENDING, now, error, None, None,
+                      now, result_ttl=result_ttl)  # fmt: skip
             self.jobs[job.id] = job
             ids.append(job.id)
             self._next_id += 1
         return ids
+
+    def cancel(self, *job_ids: int) -> None:
+        """As `AsyncQueue.cancel` (with no notification: the heartbeat tells the
+        worker): a waiting job goes at once, a running one is marked."""
+        for job_id in job_ids:
+            job = self.jobs.get(job_id)
+            if job is None:
+                continue
+            if job.status is JobStatus.RUNNING:
+                self.cancel_requested.add(job_id)
+            else:
+                del self.jobs[job_id]
+                self.cancelled.append(job_id)
 
     def status(self, job_id: int) -> JobStatus | None:
         job = self.jobs.get(job_id)
@@ -93,19 +117,25 @@ class FakeQueue:
         kinds: Sequence[str] | None = None,
         queues: Sequence[str] | None = None,
         claim_bytes: int | None = None,
+        results: Mapping[int, str] | None = None,
     ) -> Cycle:
         await self._enter("cycle")
         if self.claim_limit is not None and limit > self.claim_limit:
             raise psycopg.errors.QueryCanceled("canceling statement due to statement timeout")
-        done, written = self._settle(succeeded, failures, worker)
+        done, written = self._settle(succeeded, failures, worker, results)
         claimed = self._claim(worker, limit, kinds, queues, orphans=False)
         return Cycle(done, written, claimed)
 
     async def settle(
-        self, succeeded: Sequence[int], failures: Sequence[Failure], *, worker: str
+        self,
+        succeeded: Sequence[int],
+        failures: Sequence[Failure],
+        *,
+        worker: str,
+        results: Mapping[int, str] | None = None,
     ) -> tuple[list[int], dict[int, JobStatus]]:
         await self._enter("settle")
-        return self._settle(succeeded, failures, worker)
+        return self._settle(succeeded, failures, worker, results)
 
     async def claim_orphan(
         self,
@@ -117,9 +147,10 @@ class FakeQueue:
         await self._enter("claim_orphan")
         return self._claim(worker, 1, kinds, queues, orphans=True)
 
-    async def heartbeat(self, job_ids: Sequence[int], *, worker: str) -> list[int]:
+    async def heartbeat(self, job_ids: Sequence[int], *, worker: str) -> Heartbeat:
         await self._enter("heartbeat")
-        return [i for i in job_ids if self._held_by(i, worker)]
+        held = [i for i in job_ids if self._held_by(i, worker)]
+        return Heartbeat(held, [i for i in held if i in self.cancel_requested])
 
     async def reap_outcomes(self, visibility_timeout: timedelta) -> dict[int, JobStatus]:
         await self._enter("reap")
@@ -193,21 +224,36 @@ class FakeQueue:
         return claimed
 
     def _settle(
-        self, succeeded: Sequence[int], failures: Sequence[Failure], worker: str
+        self,
+        succeeded: Sequence[int],
+        failures: Sequence[Failure],
+        worker: str,
+        results: Mapping[int, str] | None = None,
     ) -> tuple[list[int], dict[int, JobStatus]]:
         done = [i for i in succeeded if self._held_by(i, worker)]
         for i in done:
             del self.jobs[i]
+            self.cancel_requested.discard(i)
             self.succeeded.append(i)
+            if results is not None and i in results:
+                self.results[i] = results[i]
         written: dict[int, JobStatus] = {}
         for f in failures:
             job = self.jobs.get(f.job_id)
             if job is None or job.status is not JobStatus.RUNNING or job.attempts != f.attempts:
                 continue
+            if f.status is JobStatus.CANCELLED or f.job_id in self.cancel_requested:
+                # As the failures statement: a cancelled job goes, whatever was decided.
+                del self.jobs[f.job_id]
+                self.cancel_requested.discard(f.job_id)
+                self.cancelled.append(f.job_id)
+                written[f.job_id] = JobStatus.CANCELLED
+                continue
             error = f.error if f.error is not None else job.last_error
-            self.jobs[f.job_id] = job.__class__(
-                job.id, job.kind, job.payload, f.new_attempts, job.max_attempts, f.status,
-                datetime.now(UTC) + f.delay, error, None, None, job.created_at,
+            self.jobs[f.job_id] = dataclasses.replace(
+                job, attempts=f.new_attempts, status=f.status,
+                run_at=datetime.now(UTC) + f.delay, last_error=error, locked_by=None,
+                locked_at=None,
             )  # fmt: skip
             written[f.job_id] = f.status
         return done, written

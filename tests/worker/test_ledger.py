@@ -96,9 +96,7 @@ def do(ledger: Ledger[str], job_id: int, move: Move) -> None:
     elif move is Move.FINISH:
         ledger.finish(job_id, "outcome")
     elif move is Move.RELEASE:
-        if ledger.phase(job_id) not in (C, H):
-            raise IllegalMove(job_id, ledger.phase(job_id), move)
-        ledger.release_unstarted(lambda j: "released")
+        ledger.release(job_id, lambda j: "released")
     elif move is Move.WRITE:
         if ledger.phase(job_id) is not D:
             raise IllegalMove(job_id, ledger.phase(job_id), move)
@@ -209,6 +207,16 @@ class LedgerMachine(RuleBasedStateMachine):
         released = {j.id for j in self.ledger.release_unstarted(lambda j: "released")}
         assert released == set(self.ids(C, H))
         self.model.update(dict.fromkeys(released, D))
+
+    @rule(data=st.data())
+    def cancel_unstarted(self, data: st.DataObject) -> None:
+        # A cancel that reaches a job no runner has begun: it never starts.
+        unstarted = self.ids(C, H)
+        if unstarted:
+            i = data.draw(st.sampled_from(unstarted))
+            assert self.ledger.release(i, lambda j: "released").id == i
+            self.model[i] = D
+        assert (n := self.ledger.next_unstarted()) is None or self.model[n.id] is C
 
     def end(self, i: int, phase: Phase) -> None:
         del self.model[i]

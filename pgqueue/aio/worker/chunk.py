@@ -7,49 +7,74 @@ from __future__ import annotations
 
 import threading
 
+from ...core.context import JobContext
 from ...core.jobs import Job
 
 __all__ = ["Chunk", "Ran"]
 
-Ran = tuple[Job, Exception | None, float | None]  # (job, its error or None, run time if timed)
+# (the run, its error or None, its return value as JSON if kept, run time if timed)
+Ran = tuple[JobContext, Exception | None, str | None, float | None]
 
 
 class Chunk:
     """Plain-function jobs that one worker thread runs one after another.
 
     Shared by the event loop and one thread, under ``_lock``: the thread
-    begins jobs (`start_next`) and appends to ``ran``; the loop may `cut` it.
+    begins runs (`start_next`) and ends them (`ran_one`: an append, atomic
+    without the lock); the loop may `withdraw` a run not begun yet (its job
+    was cancelled) or `cut` the rest.
     """
 
-    def __init__(self, jobs: list[Job]) -> None:
-        self.jobs = jobs
-        self.ran: list[Ran] = []
-        self._next = 0
+    def __init__(self, runs: list[JobContext]) -> None:
+        self.runs = runs
+        self._ran: list[Ran] = []  # appended by the thread, read by `finish`
+        self._next = 0  # runs[:_next] are begun (or withdrawn)
+        self._current: JobContext | None = None  # the last begun: ended once in `_ran`
+        self._withdrawn: set[int] = set()  # job ids never to begin
         self._cut = False
         self._lock = threading.Lock()
 
-    def start_next(self) -> Job | None:
-        """(In the thread.) The next job to begin, or None when done or cut."""
+    def start_next(self) -> JobContext | None:
+        """(In the thread.) The next run to begin, or None when done or cut."""
         with self._lock:
-            if self._cut or self._next == len(self.jobs):
-                return None
-            self._next += 1
-            return self.jobs[self._next - 1]
+            while not self._cut and self._next < len(self.runs):
+                run = self.runs[self._next]
+                self._next += 1
+                if run.job.id not in self._withdrawn:
+                    self._current = run
+                    return run
+            return None
+
+    def ran_one(self, ran: Ran) -> None:
+        """(In the thread.) The run `start_next` returned has ended."""
+        self._ran.append(ran)
+
+    def withdraw(self, run: JobContext) -> bool:
+        """(On the event loop.) Never begin ``run``; False if it has begun
+        already (or the chunk was cut: its jobs are released)."""
+        with self._lock:
+            if self._cut or run.job.id in self._withdrawn or run not in self.runs[self._next :]:
+                return False
+            self._withdrawn.add(run.job.id)
+            return True
 
     def cut(self) -> list[Job]:
-        """(On the event loop.) Begin no more; return the jobs never begun, once."""
+        """(On the event loop.) Begin no more; return the jobs never begun (nor
+        withdrawn), once."""
         with self._lock:
             if self._cut:
                 return []
             self._cut = True
-            return self.jobs[self._next :]
+            withdrawn = self._withdrawn
+            return [r.job for r in self.runs[self._next :] if r.job.id not in withdrawn]
 
-    def finish(self) -> tuple[list[Ran], list[Job], list[Job]]:
-        """(On the event loop.) Cut the chunk and split it: the jobs that ran,
-        the job begun but unfinished (abandoned), and the jobs never begun that
-        `cut` has not handed out yet."""
+    def finish(self) -> tuple[list[Ran], list[JobContext], list[Job]]:
+        """(On the event loop.) Cut the chunk and split it: the runs that
+        ended, the run begun but unfinished (abandoned), and the jobs never
+        begun that `cut` has not handed out yet."""
         never_begun = self.cut()
         with self._lock:
-            ran = list(self.ran)
-            begun = self.jobs[len(ran) : self._next]
-        return ran, begun, never_begun
+            ran, current = list(self._ran), self._current
+        if current is None or (ran and ran[-1][0] is current):
+            return ran, [], never_begun
+        return ran, [current], never_begun

@@ -20,7 +20,14 @@ from ...core.jobs import Job, JobStatus
 from ...core.ledger import Ledger, Phase
 from ...core.ops import Failure, QueueCore
 from ...core.states import Event
-from ...core.worker import OUTCOME_LINGER, RETRY_BACKOFF, SUCCESS, Outcome, describe_jobs
+from ...core.worker import (
+    CANCELLED_UNSTARTED,
+    OUTCOME_LINGER,
+    RETRY_BACKOFF,
+    SUCCESS,
+    Outcome,
+    describe_jobs,
+)
 from .calls import DATABASE_ERRORS, Calls, WorkerQueue
 from .flags import Broadcast, Wakeup
 from .reporter import Reporter
@@ -33,7 +40,7 @@ log = logging.getLogger("pgqueue.worker")
 @dataclass(eq=False)
 class Completer:
     """Owner of every write of an outcome (the ledger's DONE -> WRITING ->
-    RECORDED moves)."""
+    RECORDED moves, and the RELEASE of jobs given back or cancelled unstarted)."""
 
     queue: WorkerQueue
     calls: Calls
@@ -50,8 +57,13 @@ class Completer:
 
     # -- what runners call -------------------------------------------------------
 
-    def succeeded(self, job: Job, duration: float | None = None) -> None:
-        self._add(job, SUCCESS if duration is None else Outcome(None, Event.SUCCEED, duration))
+    def succeeded(self, job: Job, duration: float | None = None, result: str | None = None) -> None:
+        """The handler returned; ``result`` is its return value as JSON, for a
+        job with ``result_ttl``."""
+        if duration is None and result is None:
+            self._add(job, SUCCESS)
+        else:
+            self._add(job, Outcome(None, Event.SUCCEED, duration, result))
 
     def failed(
         self,
@@ -61,12 +73,32 @@ class Completer:
         duration: float | None = None,
         exc: BaseException | None = None,
     ) -> None:
-        """Decide what a failed, interrupted or released job becomes, log it, and
-        queue the outcome for writing."""
+        """Decide what a failed, interrupted, cancelled or released job
+        becomes, log it, and queue the outcome for writing."""
+        self._add(job, self._decide(job, error, event, duration, exc))
+
+    def _decide(
+        self,
+        job: Job,
+        error: str,
+        event: Event,
+        duration: float | None = None,
+        exc: BaseException | None = None,
+    ) -> Outcome:
         failure = self.core.failure(job, error, event=event)
         if event is not Event.RELEASE:
             self.reporter.decided(job, failure, event, exc)
-        self._add(job, Outcome(failure, event, duration))
+        return Outcome(failure, event, duration)
+
+    def cancel_unstarted(self, job_id: int) -> Job:
+        """A claimed or held job no runner began was cancelled: it never
+        starts, and its outcome is queued for writing."""
+        job = self.ledger.release(
+            job_id, lambda job: self._decide(job, CANCELLED_UNSTARTED, Event.CANCEL)
+        )
+        self._ready.set()
+        self.progress.notify()
+        return job
 
     def _add(self, job: Job, outcome: Outcome) -> None:
         if self.ledger.finish(job.id, outcome):
@@ -97,11 +129,12 @@ class Completer:
         """Write every outcome waiting and claim up to ``limit`` jobs, in one
         statement; return the jobs claimed and how many outcomes it carried."""
         batch = self._take()
-        succeeded, failures = _split(batch)
+        succeeded, failures, results = _split(batch)
         try:
             turn = await self.calls("claim", self.queue.cycle, succeeded, failures,
                                     worker=self.worker, limit=limit, kinds=kinds,
-                                    queues=queues, claim_bytes=claim_bytes)  # fmt: skip
+                                    queues=queues, claim_bytes=claim_bytes,
+                                    results=results)  # fmt: skip
         except BaseException:
             self.ledger.unwrite(job.id for job, _ in batch)
             self.progress.notify()
@@ -114,11 +147,11 @@ class Completer:
         batch = self._take()
         if not batch:
             return
-        succeeded, failures = _split(batch)
+        succeeded, failures, results = _split(batch)
         try:
-            done, written = await self.calls(
-                "recording outcomes", self.queue.settle, succeeded, failures, worker=self.worker
-            )
+            done, written = await self.calls("recording outcomes", self.queue.settle, succeeded,
+                                             failures, worker=self.worker,
+                                             results=results)  # fmt: skip
         except BaseException:
             self.ledger.unwrite(job.id for job, _ in batch)
             self.progress.notify()
@@ -182,7 +215,12 @@ class Completer:
                     describe_jobs(left))  # fmt: skip
 
 
-def _split(batch: list[tuple[Job, Outcome]]) -> tuple[list[int], list[Failure]]:
+def _split(
+    batch: list[tuple[Job, Outcome]],
+) -> tuple[list[int], list[Failure], dict[int, str] | None]:
+    """The ids of the successes, the failures, and the return values to keep
+    (by job id; None when there is none, as for most batches)."""
     succeeded = [job.id for job, o in batch if o.failure is None]
     failures = [o.failure for _, o in batch if o.failure is not None]
-    return succeeded, failures
+    results = {job.id: o.result for job, o in batch if o.result is not None}
+    return succeeded, failures, results or None

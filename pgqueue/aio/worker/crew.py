@@ -7,11 +7,11 @@ the next. Who owns what:
 | component | owns | started |
 |---|---|---|
 | `Fetcher` | claims in flight, orphan looks | always |
-| `Runners` | runner tasks, thread chunks, the grace period | always |
+| `Runners` | runner tasks, thread chunks, job contexts and cancels, the grace period | always |
 | `Completer` | every write of an outcome | always |
-| `LeaseKeeper` | the heartbeat; lost leases | always |
+| `LeaseKeeper` | the heartbeat (cancels it reports go to the runners); lost leases | always |
 | `Reaper` | returning other workers' expired jobs | not ``until_empty`` |
-| `Notifier` | the LISTEN connection and its thread | not ``until_empty`` |
+| `Notifier` | the LISTEN connection and its thread; whether it listens | not ``until_empty`` |
 | `Calls` | the deadline and stall log of every database call | always |
 | `Reporter` | log lines and listener events | always |
 | `Scheduler` | the worker's schedules: their registration and ticks | with schedules |
@@ -71,10 +71,14 @@ class Crew:
                                timed=bool(listeners))  # fmt: skip
         self.fetcher = Fetcher(settings, queue, self.calls, self.ledger, self.completer,
                                self.runners, self.reporter, demand, progress)  # fmt: skip
-        self.lease = LeaseKeeper(settings, queue, self.calls, self.ledger)
         self.reaper = Reaper(settings, queue, self.calls, self.reporter, self.fetcher)
+        # Cancel requests reach the runners both ways: by notification, and
+        # from the heartbeat (every second while nobody listens).
         self.notifier = Notifier(name, queue, self.fetcher.wakeup, self.fetcher.reached,
-                                 conninfo=settings.listen_conninfo)  # fmt: skip
+                                 conninfo=settings.listen_conninfo,
+                                 cancel=self.runners.cancel)  # fmt: skip
+        self.lease = LeaseKeeper(settings, queue, self.calls, self.ledger, self.runners.cancel,
+                                 self.notifier)  # fmt: skip
         self.scheduler = (
             Scheduler(schedules, queue, self.calls, self.reporter, name) if schedules else None
         )

@@ -4,6 +4,13 @@ Every ``visibility_timeout / 4`` one statement renews the jobs the ledger
 says are claimed, held or running. A job the database no longer counts as
 this worker's (its lease expired and another worker's reaper took it) is
 lost: not started if it was waiting, its outcome not written if it runs.
+
+The same statement says which of those jobs' cancel was requested; they
+go to the runners (`Runners.cancel`). Cancels also come by notification
+(the notifier), and so that a lost one costs little, the keeper beats
+every `UNHEARD_BEAT` seconds while the notifier is not listening (not
+connected yet, or its connection lost), and once more as soon as it
+listens again (or when a notification names too many jobs to list).
 A heartbeat that comes late by more than a third of the visibility timeout
 means the event loop was blocked (an ``async def`` handler that does not
 await): the leases were at risk, and the log says which jobs ran then.
@@ -12,6 +19,7 @@ await): the leases were at risk, and the log says which jobs ran then.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import anyio
@@ -21,47 +29,81 @@ from ...core.jobs import Job
 from ...core.ledger import Ledger, Phase
 from ...core.worker import Outcome, WorkerSettings, describe_jobs
 from .calls import DATABASE_ERRORS, Calls, WorkerQueue
+from .notifier import Notifier
 
-__all__ = ["LeaseKeeper"]
+__all__ = ["UNHEARD_BEAT", "LeaseKeeper", "beat_interval"]
 
 log = logging.getLogger("pgqueue.worker")
+
+# Seconds between heartbeats while no notification can bring a cancel: SPEC
+# §5 wants a cancel to reach a running job within a second regardless.
+UNHEARD_BEAT = 1.0
+
+
+def beat_interval(settings: WorkerSettings, listening: bool) -> float:
+    """Seconds to the next heartbeat: a quarter of the visibility timeout while
+    the notifier listens (cancels arrive by notification), else at most
+    `UNHEARD_BEAT` (the heartbeat is how they arrive)."""
+    interval = settings.heartbeat_interval
+    return interval if listening else min(interval, UNHEARD_BEAT)
+
+
+def _ignore(job_ids: Iterable[int]) -> None:
+    pass
 
 
 @dataclass(eq=False)
 class LeaseKeeper:
-    """Owner of the heartbeat; moves lost jobs in the ledger (LOSE) and nothing else."""
+    """Owner of the heartbeat; moves lost jobs in the ledger (LOSE) and nothing
+    else, and hands the jobs whose cancel was requested to ``cancel``."""
 
     settings: WorkerSettings
     queue: WorkerQueue
     calls: Calls
     ledger: Ledger[Outcome]
+    cancel: Callable[[Iterable[int]], None] = _ignore  # the runners' `Runners.cancel`
+    # Read here: its ``listening`` (whether cancels arrive by notification)
+    # and ``beat_now`` (set by it, waited on here). None: never listens.
+    notifier: Notifier | None = None
 
     async def run(self) -> None:
-        interval = self.settings.heartbeat_interval
         timeout = self.settings.visibility_timeout.total_seconds()
+        notifier = self.notifier
         while True:
+            interval = beat_interval(self.settings, notifier is not None and notifier.listening)
             # The jobs running now, for the warning if the loop blocks before
             # the next beat (by then the job that blocked it may be done).
             before = self.ledger.jobs(Phase.RUNNING)
             due = anyio.current_time() + interval
-            await anyio.sleep_until(due)
+            if notifier is not None and await notifier.beat_now.wait_for(interval):
+                # Listening again: a cancel sent meanwhile may be lost, look
+                # now; or no longer listening: beat now and then every second;
+                # or a cancel of more jobs than a notification names.
+                await self.beat()
+                continue
+            if notifier is None:
+                await anyio.sleep_until(due)
             late = anyio.current_time() - due  # the sleep's overrun only, not the beat's wait
             if late > timeout / 3:
                 self._warn_blocked(late, before)
             await self.beat()
 
     async def beat(self) -> None:
-        """Renew the leases; jobs the database says are no longer held are lost."""
+        """Renew the leases; jobs the database says are no longer held are lost,
+        and those whose cancel was requested are cancelled."""
         jobs = self.ledger.leased()
         if not jobs:
             return
         try:
-            held = await self.calls("heartbeat", self.queue.heartbeat, [j.id for j in jobs],
+            beat = await self.calls("heartbeat", self.queue.heartbeat, [j.id for j in jobs],
                                     worker=self.settings.name)  # fmt: skip
         except DATABASE_ERRORS as exc:
             log.warning("worker %s: heartbeat failed (%s)", self.settings.name,
                         one_line(exc))  # fmt: skip
             return
+        held = beat.held
+        if beat.cancel:
+            self.cancel(beat.cancel)
         if len(held) < len(jobs):
             kept = set(held)
             lost = self.ledger.lose(j.id for j in jobs if j.id not in kept)

@@ -1,4 +1,5 @@
-"""The notifier: LISTEN on a connection of its own, in a thread; wake the fetcher.
+"""The notifier: LISTEN on a connection of its own, in a thread; wake the fetcher,
+and hand cancel requests to the runners.
 
 The connection is made as the queue's pool makes its own (same conninfo
 and keyword arguments), or from ``listen_conninfo`` when a pooler that
@@ -7,12 +8,20 @@ polls from its first second, whether LISTEN works or not, and a lost
 connection is made again with the worker's retry backoff. A thread rather
 than psycopg's async ``notifies()``, so that one notifier serves asyncio
 and trio alike.
+
+The same connection listens on the queue's control channel, whose
+notifications name running jobs whose cancel was requested (their ids,
+comma separated, or ``*`` when too many to name): they go to the
+runners (for ``*``, the lease keeper looks at once), and never wake the
+fetcher. While it is not listening, the lease keeper's heartbeat brings
+cancels instead (`listening`, `beat_now`).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import anyio
@@ -27,14 +36,32 @@ from ...sync.driver import connection_kwargs
 from .calls import WorkerQueue
 from .flags import Wakeup
 
-__all__ = ["Notifier"]
+__all__ = ["Notifier", "cancelled_ids"]
 
 log = logging.getLogger("pgqueue.worker")
 
 
+def cancelled_ids(payload: str) -> list[int] | None:
+    """The job ids a control notification names (``"12,13"``), or None for
+    ``"*"`` (too many to name: the heartbeat says which); ValueError if it
+    names something else.
+
+    >>> cancelled_ids("12,13"), cancelled_ids("*")
+    ([12, 13], None)
+    """
+    if payload.strip() == "*":
+        return None
+    return [int(part) for part in payload.split(",") if part.strip()]
+
+
+def _ignore(job_ids: Iterable[int]) -> None:
+    pass
+
+
 class Notifier:
     """Owner of the LISTEN connection and its thread. ``_stop`` is set by
-    `run` when it ends and read by the thread; ``wakeup`` is the fetcher's."""
+    `run` when it ends and read by the thread; ``wakeup`` is the fetcher's;
+    ``cancel`` is the runners' (`Runners.cancel`), called on the event loop."""
 
     def __init__(
         self,
@@ -44,6 +71,7 @@ class Notifier:
         reached: anyio.Event,
         *,
         conninfo: str | None = None,
+        cancel: Callable[[Iterable[int]], None] = _ignore,
     ) -> None:
         self.worker = worker
         self.queue = queue
@@ -52,6 +80,15 @@ class Notifier:
         # that under a tight connection limit the claims get a connection first.
         self.reached = reached
         self.conninfo = conninfo
+        self.cancel = cancel
+        # Whether LISTEN is in place, so that cancels arrive by notification:
+        # written here (on the event loop), read by the lease keeper, which
+        # beats every second while it is False.
+        self.listening = False
+        # Set here whenever `listening` changes, or a control notification
+        # names no ids ("*"); waited on by the lease keeper (its only
+        # waiter), which then beats at once.
+        self.beat_now = Wakeup()
         self._stop = threading.Event()
 
     async def run(self) -> None:
@@ -66,6 +103,8 @@ class Notifier:
                 except Exception as exc:
                     log.warning("worker %s: listener lost (%s); polling meanwhile", self.worker,
                                 one_line(exc))  # fmt: skip
+                finally:
+                    self._heard(False)
                 errors = 0 if started.is_set() else errors + 1
                 await anyio.sleep(RETRY_BACKOFF.delay(errors).total_seconds())
         finally:
@@ -94,8 +133,15 @@ class Notifier:
 
     async def _on_start(self, started: anyio.Event) -> None:
         await started.wait()
-        # A notification sent while (re)connecting is lost: look now.
+        # A notification sent while (re)connecting is lost: look now (the
+        # lease keeper, told, looks for cancels).
         self.wakeup.set()
+        self._heard(True)
+
+    def _heard(self, listening: bool) -> None:
+        if listening != self.listening:
+            self.listening = listening
+            self.beat_now.set()
 
     def _listen(
         self,
@@ -104,10 +150,27 @@ class Notifier:
         token: anyio.lowlevel.EventLoopToken,
         started: anyio.Event,
     ) -> None:
-        """(In a thread.) Connect, LISTEN, and wake the fetcher at each notification."""
+        """(In a thread.) Connect, LISTEN, and at each notification wake the
+        fetcher, or, on the control channel, hand the runners the cancels."""
+        control = self.queue.core.sql.control_channel
         with psycopg.Connection.connect(conninfo, **connection_kwargs(conninfo, kwargs)) as conn:
+            # The queue's channel last: its LISTEN is what pg_stat_activity
+            # shows of this connection, as before the control channel existed.
+            conn.execute(self.queue.core.sql.listen_control)
             conn.execute(self.queue.core.sql.listen)
             anyio.from_thread.run_sync(started.set, token=token)
             while not self._stop.is_set():
-                for _ in conn.notifies(timeout=0.5, stop_after=1):
-                    anyio.from_thread.run_sync(self.wakeup.set, token=token)
+                for note in conn.notifies(timeout=0.5, stop_after=1):
+                    if note.channel != control:
+                        anyio.from_thread.run_sync(self.wakeup.set, token=token)
+                        continue
+                    try:
+                        ids = cancelled_ids(note.payload)
+                    except ValueError:
+                        log.warning("worker %s: a control notification that names no jobs "
+                                    "ignored: %r", self.worker, note.payload)  # fmt: skip
+                        continue
+                    if ids is None:
+                        anyio.from_thread.run_sync(self.beat_now.set, token=token)
+                    else:
+                        anyio.from_thread.run_sync(self.cancel, ids, token=token)

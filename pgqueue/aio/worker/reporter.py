@@ -26,6 +26,9 @@ _PENDING_AGAIN = {
     Event.EXPIRE: EventName.INTERRUPTED,
     Event.RELEASE: EventName.RELEASED,
 }
+# Which event a failure reports by the status written, whatever it was decided
+# for: the database cancels a job whose cancel was requested, however it ended.
+_WRITTEN = {JobStatus.DEAD: EventName.DEAD, JobStatus.CANCELLED: EventName.CANCELLED}
 
 
 class Reporter:
@@ -93,6 +96,8 @@ class Reporter:
             else:
                 message = "job %d (%s) interrupted at shutdown (attempt %s): back to pending"
                 log.warning(message, job.id, job.kind, tries)
+        elif event is Event.CANCEL:
+            log.debug("job %d (%s) stopped after its cancel was requested", job.id, job.kind)
         elif failure.status is JobStatus.DEAD:
             message = "job %d (%s) failed on its last attempt (%s), now dead: %s"
             log.error(message, job.id, job.kind, tries, first_line(failure.error), exc_info=exc)
@@ -114,10 +119,18 @@ class Reporter:
                 len(batch) - len(recorded),
                 describe_jobs(job for job, _ in batch if job.id not in recorded),
             )
-        released = [j for j, o in batch if o.cause is Event.RELEASE and j.id in written]
+        cancelled = released = None
+        if written:
+            cancelled = [j for j, _ in batch if written.get(j.id) is JobStatus.CANCELLED]
+            pending = JobStatus.PENDING
+            released = [j for j, o in batch
+                        if o.cause is Event.RELEASE and written.get(j.id) is pending]  # fmt: skip
         if released:
             log.info("worker %s released %d unstarted jobs: %s", self.worker, len(released),
                      describe_jobs(released))  # fmt: skip
+        if cancelled:
+            log.info("worker %s recorded %d cancelled jobs (deleted, never retried): %s",
+                     self.worker, len(cancelled), describe_jobs(cancelled))  # fmt: skip
         if not self.wanted:
             return
         deleted = set(done)
@@ -132,8 +145,7 @@ class Reporter:
                 status = written.get(job.id)
                 if status is None:
                     continue
-                dead = status is JobStatus.DEAD
-                name = EventName.DEAD if dead else _PENDING_AGAIN[outcome.cause]
+                name = _WRITTEN.get(status) or _PENDING_AGAIN.get(outcome.cause, EventName.FAILED)
                 attempts, error = failure.new_attempts, first_line(failure.error)
             if debug:
                 log.debug("job %d (%s) recorded as %s", job.id, job.kind, name)
@@ -146,6 +158,11 @@ class Reporter:
     def reaped(self, written: dict[int, JobStatus]) -> None:
         reaped = [i for i, status in written.items() if status is JobStatus.PENDING]
         buried = [i for i, status in written.items() if status is JobStatus.DEAD]
+        cancelled = [i for i, status in written.items() if status is JobStatus.CANCELLED]
+        if cancelled:
+            log.info("worker %s reaped %d cancelled jobs whose lease had expired (deleted, "
+                     "never retried): %s", self.worker, len(cancelled),
+                     ", ".join(map(str, cancelled)))  # fmt: skip
         if reaped:
             log.warning("worker %s reaped %d jobs whose lease had expired, back to pending: %s",
                         self.worker, len(reaped), ", ".join(map(str, reaped)))  # fmt: skip
@@ -154,7 +171,7 @@ class Reporter:
                       self.worker, len(buried), ", ".join(map(str, buried)))  # fmt: skip
         if self.listeners:
             for job_id, status in written.items():
-                name = EventName.DEAD if status is JobStatus.DEAD else EventName.REAPED
+                name = _WRITTEN.get(status, EventName.REAPED)
                 self.emit(JobEvent(name, job_id, None, self.worker, self.table))
 
     def retrying(self, what: str, exc: BaseException, delay: float) -> None:

@@ -3,24 +3,39 @@
 ``async def`` handlers run on the event loop; plain functions in worker
 threads, a few jobs per thread hop (`Chunk`: a hop costs more than a
 trivial handler). Every handler is timed and bounded here, and nowhere
-else; its outcome goes to the completer.
+else; its outcome (with its return value as JSON, for a job that keeps
+one) goes to the completer.
+
+Each run has a `JobContext` (`pgqueue.job_context()`), set around the
+handler: in the runner task for an async handler, in the thread, job by
+job, for a plain one. A cancel (`cancel`, from the notifier or the lease
+keeper) stops an async handler through its runner's cancel scope, sets a
+plain handler's ``cancel_requested`` (it stops if it looks), and keeps a
+job not begun yet from ever starting.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable, Iterable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from time import perf_counter
+from typing import Any
 
 import anyio
 import anyio.lowlevel
 import anyio.to_thread
 from anyio.abc import TaskStatus
 
+from ...core.context import CURRENT, JobContext
 from ...core.jobs import Job
-from ...core.ledger import Ledger
+from ...core.ledger import Ledger, Phase
+from ...core.results import encode_result
 from ...core.states import Event
 from ...core.worker import (
+    CANCELLED,
+    CANCELLED_UNSTARTED,
     INTERRUPTED,
     Handlers,
     MissingHandler,
@@ -28,11 +43,19 @@ from ...core.worker import (
     WorkerSettings,
     describe_error,
 )
-from .chunk import Chunk
+from .chunk import Chunk, Ran
 from .completer import Completer
 from .flags import Broadcast, Wakeup
 
 __all__ = ["Runners"]
+
+log = logging.getLogger("pgqueue.worker")
+
+
+# A job a runner has begun, until its outcome goes to the completer: its
+# context, its runner's scope (an async handler), its thread hop (a plain
+# handler run in a chunk). A tuple: one is made per job.
+_Run = tuple[JobContext, anyio.CancelScope | None, Chunk | None]
 
 
 @dataclass(eq=False)
@@ -57,6 +80,9 @@ class Runners:
     _plain_kinds: dict[str, bool] = field(default_factory=dict, init=False)  # kind -> `_plain`
     _limiter: anyio.CapacityLimiter = field(init=False)
     _scope: anyio.CancelScope | None = field(default=None, init=False)
+    # Every job begun here whose outcome has not gone to the completer yet:
+    # written by the runners, read by `cancel` (both on the event loop).
+    _runs: dict[int, _Run] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
         self.low_water = self.settings.batch_size // 2
@@ -74,14 +100,45 @@ class Runners:
         self.ledger.hold(job.id)
 
     def unhold(self, job: Job) -> None:
-        self.ledger.unhold(job.id)
-        self._work.notify()
+        """(Fetcher.) A held orphan's turn; nothing if it was cancelled meanwhile."""
+        if self.ledger.phase(job.id) is Phase.HELD:
+            self.ledger.unhold(job.id)
+            self._work.notify()
+
+    def cancel(self, job_ids: Iterable[int]) -> None:
+        """(Notifier, lease keeper; on the event loop.) Stop these jobs: their
+        cancel was requested. An async handler is cancelled (its runner's
+        scope); a plain one sees ``cancel_requested`` and stops if it looks;
+        a job not begun never starts. Jobs not held here, or whose outcome is
+        decided already, are left alone; a second request changes nothing."""
+        for job_id in job_ids:
+            phase = self.ledger.phase(job_id)
+            if phase is Phase.CLAIMED or phase is Phase.HELD:
+                job = self.completer.cancel_unstarted(job_id)
+                log.info("job %d (%s) cancelled before it started", job_id, job.kind)
+                continue
+            run = self._runs.get(job_id)
+            if run is None or not run[0].request_cancel():
+                continue
+            context, lane, chunk = run
+            job = context.job
+            if lane is not None:
+                log.info("job %d (%s): cancel requested; cancelling its handler", job_id, job.kind)
+                lane.cancel()
+            elif chunk is not None and chunk.withdraw(context):
+                del self._runs[job_id]
+                log.info("job %d (%s) cancelled before it started", job_id, job.kind)
+                self.completer.failed(job, CANCELLED_UNSTARTED, Event.CANCEL)
+            else:
+                log.info("job %d (%s): cancel requested; its handler (a plain function) "
+                         "stops if it checks pgqueue.job_context()", job_id, job.kind)  # fmt: skip
 
     def close(self) -> None:
         """Hand out nothing more; jobs of thread chunks not begun are released."""
         self._closed = True
         for chunk in self._chunks:
             for job in chunk.cut():
+                del self._runs[job.id]
                 self.completer.failed(job, "released", Event.RELEASE)
         self._work.notify()
 
@@ -100,6 +157,15 @@ class Runners:
 
     async def _runner(self) -> None:
         while not self._closed:
+            # The runner's lane: `cancel` cancels it to stop the async handler
+            # running in it, and the runner goes on in a new one. One scope
+            # per job would cost more than a trivial job.
+            with anyio.CancelScope() as lane:
+                await self._run_in(lane)
+
+    async def _run_in(self, lane: anyio.CancelScope) -> None:
+        """Run jobs until `close`, or until ``lane`` is cancelled (a job's cancel)."""
+        while not self._closed:
             job = self.ledger.next_unstarted()
             if job is None:
                 await self._work.wait()
@@ -110,10 +176,8 @@ class Runners:
                 await self._run_chunk(self._take_chunk())
                 continue
             self.ledger.start_next()
-            if self._check_low_water():
-                # Let the fetcher send its claim before this runner goes on.
-                await anyio.lowlevel.checkpoint()
-            await self._run_one(job)
+            if await self._run_one(job, lane, yield_first=self._check_low_water()):
+                return  # its lane was cancelled for it (and the handler returned)
 
     def _check_low_water(self) -> bool:
         """Tell the fetcher, once a batch, when few enough jobs are left
@@ -139,15 +203,19 @@ class Runners:
         """The next plain jobs, begun: a fair share of the batch, so that every
         runner (thread) gets work."""
         share = max(1, self.settings.batch_size // self.settings.concurrency)
-        jobs: list[Job] = []
-        while len(jobs) < share:
+        runs: list[JobContext] = []
+        worker, begun = self.settings.name, self._runs
+        while len(runs) < share:
             job = self.ledger.next_unstarted()
             if job is None or not self._plain(job):
                 break
             self.ledger.start_next()
-            jobs.append(job)
+            runs.append(JobContext(job, worker))
         self._check_low_water()
-        return Chunk(jobs)
+        chunk = Chunk(runs)
+        for context in runs:
+            begun[context.job.id] = (context, None, chunk)
+        return chunk
 
     async def _run_chunk(self, chunk: Chunk) -> None:
         """Run a chunk in one worker thread; on `close`, its jobs not begun are
@@ -161,58 +229,113 @@ class Runners:
         finally:
             self._chunks.discard(chunk)
             ran, abandoned, never_begun = chunk.finish()
-            for job, exc, duration in ran:
+            runs = self._runs
+            for context, exc, result, duration in ran:
+                job = context.job
+                del runs[job.id]
                 if exc is None:
-                    self.completer.succeeded(job, duration)
+                    self.completer.succeeded(job, duration, result)
                 else:
-                    self.completer.failed(job, describe_error(exc), Event.FAIL, duration, exc)
-            for job in abandoned:
-                self.completer.failed(job, INTERRUPTED, Event.EXPIRE)
+                    self._failed(context, exc, duration)
+            for context in abandoned:
+                del runs[context.job.id]
+                self.completer.failed(context.job, INTERRUPTED, Event.EXPIRE)
             for job in never_begun:
+                del runs[job.id]
                 self.completer.failed(job, "released", Event.RELEASE)
 
     def _call_plain(self, chunk: Chunk) -> None:
         """In a worker thread: run the chunk's handlers until it ends or is cut."""
-        while (job := chunk.start_next()) is not None:
-            handler = self.handlers.get(job.kind)
+        while (context := chunk.start_next()) is not None:
+            handler = self.handlers.get(context.job.kind)
             assert handler is not None
-            start = perf_counter() if self.timed else None
-            error: Exception | None = None
-            try:
-                handler(job)
-            except Exception as exc:
-                error = exc
-            chunk.ran.append((job, error, None if start is None else perf_counter() - start))
+            chunk.ran_one(self._call(handler, context))
 
-    async def _run_one(self, job: Job) -> None:
-        handler = self.handlers.get(job.kind)
-        timeout = self.settings.job_timeout
+    def _call(self, handler: Callable[..., Any], context: JobContext) -> Ran:
+        """In a worker thread: run one plain handler in its job's context, and
+        encode its return value if the job keeps it (off the event loop)."""
+        job = context.job
+        token = CURRENT.set(context)
         start = perf_counter() if self.timed else None
         try:
+            value = handler(job)
+            result = None if job.result_ttl is None else encode_result(value, job.kind)
+        except Exception as exc:
+            return context, exc, None, None if start is None else perf_counter() - start
+        finally:
+            CURRENT.reset(token)
+        return context, None, result, None if start is None else perf_counter() - start
+
+    def _failed(self, context: JobContext, exc: Exception, duration: float | None) -> None:
+        """A handler raised: once its cancel was requested, whatever it raised
+        ends the job as cancelled."""
+        if context.cancel_requested:
+            text = f"{CANCELLED}; {describe_error(exc)}"
+            self.completer.failed(context.job, text, Event.CANCEL, duration, exc)
+        else:
+            self.completer.failed(context.job, describe_error(exc), Event.FAIL, duration, exc)
+
+    async def _run_one(self, job: Job, lane: anyio.CancelScope, *, yield_first: bool) -> bool:
+        """Run one job in ``lane``; True if `cancel` cancelled the lane for it."""
+        handler = self.handlers.get(job.kind)
+        timeout = self.settings.job_timeout
+        is_async = handler is not None and self.handlers.is_async(job.kind)
+        context = JobContext(job, self.settings.name)
+        self._runs[job.id] = (context, lane if is_async else None, None)
+        token = CURRENT.set(context)
+        start: float | None = None
+        result: str | None = None
+        began = False
+        try:
+            if yield_first:
+                # Let the fetcher send its claim before this runner goes on.
+                await anyio.lowlevel.checkpoint()
+                if context.cancel_requested:  # meanwhile (a plain handler's): never start it
+                    self.completer.failed(job, CANCELLED_UNSTARTED, Event.CANCEL)
+                    return False
+            began = True
+            start = perf_counter() if self.timed else None
             if handler is None:
                 raise MissingHandler(job.kind, self.handlers.kinds())
             with anyio.fail_after(timeout) if timeout is not None else _NO_TIMEOUT:
-                if self.handlers.is_async(job.kind):
-                    await handler(job)
+                if is_async:
+                    value = await handler(job)
+                    if job.result_ttl is not None:
+                        result = encode_result(value, job.kind)
                 else:
                     # Abandoned on timeout: a thread cannot be killed; see the docs.
-                    await anyio.to_thread.run_sync(
-                        handler, job, abandon_on_cancel=True, limiter=self._limiter
-                    )
+                    _, exc, result, _ = await anyio.to_thread.run_sync(
+                        self._call, handler, context, abandon_on_cancel=True,
+                        limiter=self._limiter,
+                    )  # fmt: skip
+                    if exc is not None:
+                        raise exc
         except anyio.get_cancelled_exc_class():
-            self.completer.failed(job, INTERRUPTED, Event.EXPIRE)
+            assert self._scope is not None
+            if context.cancel_requested and not self._scope.cancel_called:
+                # Its lane was cancelled for it, not the runners at shutdown.
+                text = CANCELLED if began else CANCELLED_UNSTARTED
+                self.completer.failed(job, text, Event.CANCEL, _since(start, handler))
+            else:
+                self.completer.failed(job, INTERRUPTED, Event.EXPIRE)
             raise
         except TimeoutError as exc:
             ran = _since(start, handler)
-            if timeout is None:  # the handler's own
-                self.completer.failed(job, describe_error(exc), Event.FAIL, ran, exc)
+            if timeout is None or context.cancel_requested:  # the handler's own
+                self._failed(context, exc, ran)
             else:
                 text = f"TimeoutError: job_timeout of {timeout}s exceeded"
                 self.completer.failed(job, text, Event.FAIL, ran)
         except Exception as exc:
-            self.completer.failed(job, describe_error(exc), Event.FAIL, _since(start, handler), exc)
+            self._failed(context, exc, _since(start, handler))
         else:
-            self.completer.succeeded(job, None if start is None else perf_counter() - start)
+            self.completer.succeeded(job, None if start is None else perf_counter() - start,
+                                     result)  # fmt: skip
+        finally:
+            del self._runs[job.id]
+            CURRENT.reset(token)
+        # Its cancel cancels the lane of an async handler, and only then.
+        return is_async and context.cancel_requested
 
 
 _NO_TIMEOUT = nullcontext()

@@ -13,7 +13,7 @@ that a noisy moment hurts both alike:
 * ``unlimited``: jobs without a ``limit_key``;
 * ``limited``: every job with ``limit_key="bench"`` after
   ``set_limit("bench", --limit)``;
-* ``result_ttl`` (with ``--results``): jobs without a limit key, enqueued
+* ``result_ttl`` (``--variants`` names it): jobs without a limit key, enqueued
   with ``result_ttl`` (an hour); the handler returns ``{"n": ...}``, kept
   and announced by the statement that records the job: what keeping
   results costs the drain.
@@ -263,10 +263,17 @@ async def drain_async(dsn: str, table: str, args: argparse.Namespace) -> tuple[f
         return time.perf_counter() - start, counts["max"]
 
 
+VARIANTS = ("unlimited", "limited", "result_ttl")
+
+
 def drain(dsn: str, args: argparse.Namespace) -> list[Variant]:
-    variants = [Variant("unlimited", None), Variant(f"limited {args.limit}", args.limit)]
-    if args.results:
-        variants.append(Variant("result_ttl", None, results=True))
+    known = {
+        "unlimited": Variant("unlimited", None),
+        "limited": Variant(f"limited {args.limit}", args.limit),
+        "result_ttl": Variant("result_ttl", None, results=True),
+    }
+    # The unlimited drain first: the others' ratios are to it.
+    variants = [known["unlimited"], *(known[n] for n in args.variants if n != "unlimited")]
     for repeat in range(args.repeat):
         for variant in variants:
             if not args.json:
@@ -478,6 +485,14 @@ def claims_report(results: list[ClaimResult], args: argparse.Namespace) -> list[
 # -- the command -----------------------------------------------------------------------
 
 
+def variants_list(text: str) -> list[str]:
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = [n for n in names if n not in VARIANTS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"variants are {', '.join(VARIANTS)}; got {text!r}")
+    return names
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -507,7 +522,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sample-ms", type=float, default=5, help="running rows sampled this often")
     p.add_argument("--claims", type=int, default=300, help="measured claims of each statement")
     p.add_argument(
-        "--results", action="store_true", help="also drain jobs enqueued with result_ttl"
+        "--variants",
+        type=variants_list,
+        default=["unlimited", "limited"],
+        help="drains beside the unlimited one: limited, result_ttl (default: limited)",
     )
     p.add_argument("--skip-drain", action="store_true", help="measure the claims only")
     p.add_argument("--skip-claims", action="store_true", help="measure the drain only")

@@ -8,10 +8,12 @@ from __future__ import annotations
 from .aio.queue import AsyncQueue
 from .aio.worker import AsyncWorker
 from .core.backoff import Backoff
+from .core.context import JobCancelled, JobContext, job_context
 from .core.events import EventName, JobEvent
 from .core.jobs import DuplicateJob, Job, JobNotRunning, JobSpec, JobStatus, Stats
 from .core.migrations import IncompatibleTable, SchemaError, SchemaTooNew
-from .core.ops import QueueState
+from .core.ops import Cancelled, LimitState, QueueState
+from .core.results import JobFailed, JobNotCommitted, JobResult, NoResult
 from .core.schedules import ScheduleState, UnknownSchedule
 from .core.states import IllegalTransition
 from .sync.queue import Queue
@@ -21,15 +23,23 @@ __all__ = [
     "AsyncQueue",
     "AsyncWorker",
     "Backoff",
+    "Cancelled",
     "DuplicateJob",
     "EventName",
     "IllegalTransition",
     "IncompatibleTable",
     "Job",
+    "JobCancelled",
+    "JobContext",
     "JobEvent",
+    "JobFailed",
+    "JobNotCommitted",
     "JobNotRunning",
+    "JobResult",
     "JobSpec",
     "JobStatus",
+    "LimitState",
+    "NoResult",
     "Queue",
     "QueueState",
     "ScheduleState",
@@ -38,6 +48,7 @@ __all__ = [
     "Stats",
     "UnknownSchedule",
     "Worker",
+    "job_context",
 ]
 
 __version__ = "0.1.0"

@@ -198,6 +198,11 @@ class Statements:
         leaving_cols = gone_cols + tuple(c for c in _LEAVING if c not in gone_cols)
         names["leaving"] = sql.SQL(", ").join(sql.Identifier(c) for c in leaving_cols)
         names["leaving_j"] = sql.SQL(", ").join(sql.SQL(f"j.{c}") for c in leaving_cols)
+        # The same, for a job whose worker reported why it ended (failures):
+        # the reason is what history and results keep.
+        names["leaving_f"] = sql.SQL(", ").join(
+            sql.SQL(f"j.{c}") for c in leaving_cols if c != "last_error"
+        ) + sql.SQL(",\n              COALESCE(f.error, j.last_error) AS last_error")
         self.claim_index_name = f"{name}_unlimited"
 
         # One job, announced in the same statement; the notification is
@@ -597,11 +602,12 @@ RETURNING {jcols}"""
         # The results notification: a scalar subquery of the statement's last
         # SELECT, so that it runs once the rows it announces are written.
         def told(*sources: str) -> sql.Composable:
-            kept = sql.SQL(" UNION ALL ").join(
+            kept = sql.SQL("\n                UNION ALL ").join(
                 sql.SQL(f"SELECT job_id FROM {src}_results") for src in sources
             )
             return sql.SQL(
-                "(SELECT count(pg_notify({results_channel}, job_id::text)) FROM ({kept}) AS k)"
+                "(SELECT count(pg_notify({results_channel}, job_id::text))"
+                "\n          FROM ({kept}) AS k)"
             ).format(kept=kept, **names)
 
         # Success: the row goes. Only a running job can succeed. A worker's
@@ -616,7 +622,8 @@ done AS (
         self.complete = _render(
             """
 WITH{done}
-SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM done), {told}""",
+SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM done),
+       {told}""",
             done=sql.SQL(done).format(fence=sql.SQL(""), keep=keep_done, after=after_done, **names),
             told=told("done"),
             **names,
@@ -655,7 +662,7 @@ failed_rows AS (
 cancelled AS (
     DELETE FROM {table} AS j{using_rows}
        AND (f.status = 'cancelled' OR j.cancel_requested_at IS NOT NULL)
-    RETURNING {leaving_j}){keep}{after_cancelled},
+    RETURNING {leaving_f}){keep}{after_cancelled},
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled)"""
         failure_ctes = sql.SQL(failures).format(
@@ -663,14 +670,17 @@ failed AS (
             using_rows=sql.SQL(failure_rows).format(verb=sql.SQL("USING")),
             after_failed=after_leaving("failed_rows", "d.status", "claimed", error="d.last_error"),
             keep=_history_copy(keep, "cancelled", "cancelled"),
-            after_cancelled=after_leaving("cancelled", "'cancelled'", "attempts"),
+            after_cancelled=after_leaving(
+                "cancelled", "'cancelled'", "attempts", error="d.last_error"
+            ),
             **names,
         )
         self.record_failures = _render(
             """
 WITH{failures}
 SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM failed),
-       (SELECT coalesce(array_agg(status), '{{}}') FROM failed), {told}""",
+       (SELECT coalesce(array_agg(status), '{{}}') FROM failed),
+       {told}""",
             failures=failure_ctes,
             told=told("failed_rows", "cancelled"),
             **names,

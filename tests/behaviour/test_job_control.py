@@ -247,10 +247,12 @@ async def test_history_records_cancelled_jobs_from_every_state(
     assert rows == [
         (dead, "cancelled", "boom"),
         (pending, "cancelled", None),
-        (failed, "cancelled", None),
-        (reaped, "cancelled", None),
+        # Why each run ended, as its worker (or the reaper) reported it.
+        (failed, "cancelled", "stopped"),
+        (reaped, "cancelled", rows[3][2]),
         (done, "succeeded", None),
     ]
+    assert rows[3][2].startswith("lease expired")
 
 
 # -- results ------------------------------------------------------------------

@@ -82,9 +82,17 @@ class AsyncWorker:
     would take its batch past that many bytes (the first job always comes),
     for a small cost per claim; see docs/performance.md.
 
+    A job cancelled while it runs (`AsyncQueue.cancel`; the worker hears
+    of it at once, or within a second when its LISTEN connection is down)
+    is stopped: an ``async def`` handler is cancelled, a plain one sees
+    `pgqueue.job_context` ``().cancel_requested`` and may call
+    ``raise_if_cancelled()``. Its row is deleted, never retried. A job
+    enqueued with ``result_ttl`` keeps its handler's return value (JSON; a
+    value that is not fails the job) for `AsyncQueue.result` and ``wait``.
+
     ``on_event`` (a callable or a sequence of them; more with
     `add_event_listener`) receives a `JobEvent` for every job claimed,
-    succeeded, failed, dead, released, interrupted or reaped, once the
+    succeeded, failed, dead, released, interrupted, reaped or cancelled, once the
     outcome is written. See `add_event_listener`.
     """
 

@@ -183,7 +183,7 @@ def test_bad_limits_arguments_are_usage_errors_and_write_nothing(
 ) -> None:
     assert_usage_error(run("limits", "set", "api"), "limits set takes a KEY and N")
     assert_usage_error(run("limits", "set"), "limits set takes a KEY and N")
-    assert_usage_error(run("limits", "set", "api", "-1"), "must be 0 or more")
+    assert_usage_error(run("limits", "set", "api", "-1"), "must be at least 0")
     assert_usage_error(run("limits", "set", "api", "many"), "not an integer: 'many'")
     assert_usage_error(run("limits", "set", "", "2"), "limit_key must not be empty")
     assert_usage_error(run("limits", "list", "api"), "to set a limit: pgqueue limits set KEY N")

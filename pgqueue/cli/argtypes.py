@@ -15,15 +15,24 @@ from ..core.jobs import (
 )
 
 
-def positive_int(text: str) -> int:
-    """An argparse type: an integer of at least 1."""
+def _integer(text: str, minimum: int) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
     return value
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer of at least 1."""
+    return _integer(text, 1)
+
+
+def non_negative_int(text: str) -> int:
+    """An argparse type: an integer of 0 or more."""
+    return _integer(text, 0)
 
 
 def port(text: str) -> int:

@@ -23,11 +23,11 @@ from ..core.jobs import validate_limit_key
 from ..core.ops import LimitState
 from ..core.results import JobResult
 from ..sync.queue import Queue
-from .argtypes import job_id
+from .argtypes import job_id, non_negative_int
 from .errors import OperationFailed, UsageError
 from .output import emit, format_time, indent, plural, table_text
 
-__all__ = ["add_control_commands", "limit_key", "non_negative_int"]
+__all__ = ["add_control_commands", "limit_key"]
 
 Leaf = Callable[..., argparse.ArgumentParser]
 
@@ -80,17 +80,6 @@ def add_control_commands(commands: Any, leaf: Leaf) -> None:
         metavar="N",
         help="with set: the most jobs of KEY that run at once (0 or more)",
     )
-
-
-def non_negative_int(text: str) -> int:
-    """An argparse type: an integer of 0 or more."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
 
 
 def limit_key(text: str) -> str:

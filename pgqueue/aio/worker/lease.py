@@ -75,15 +75,18 @@ class LeaseKeeper:
             # the next beat (by then the job that blocked it may be done).
             before = self.ledger.jobs(Phase.RUNNING)
             due = anyio.current_time() + interval
-            if notifier is not None and await notifier.beat_now.wait_for(interval):
-                # Listening again: a cancel sent meanwhile may be lost, look
-                # now; or no longer listening: beat now and then every second;
-                # or a cancel of more jobs than a notification names.
-                await self.beat()
-                continue
-            if notifier is None:
+            if notifier is not None:
+                # Set when listening again (a cancel sent meanwhile may be
+                # lost: look now), no longer listening (beat now, then every
+                # second), or for a cancel of more jobs than a notification
+                # names. Either way, the beat comes now.
+                await notifier.beat_now.wait_for(interval)
+            else:
                 await anyio.sleep_until(due)
-            late = anyio.current_time() - due  # the sleep's overrun only, not the beat's wait
+            # Past the due time: the wait's overrun only, not the beat's. (A
+            # blocked loop may also have silenced the listener, whose
+            # wake-up then ends the wait late as well.)
+            late = anyio.current_time() - due
             if late > timeout / 3:
                 self._warn_blocked(late, before)
             await self.beat()

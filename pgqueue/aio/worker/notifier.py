@@ -14,7 +14,10 @@ notifications name running jobs whose cancel was requested (their ids,
 comma separated, or ``*`` when too many to name): they go to the
 runners (for ``*``, the lease keeper looks at once), and never wake the
 fetcher. While it is not listening, the lease keeper's heartbeat brings
-cancels instead (`listening`, `beat_now`).
+cancels instead (`listening`, `beat_now`). A connection that goes silent
+without closing (a firewall or NAT that dropped it) looks alive: so the
+thread makes a round trip on it every `PING_INTERVAL`, and a connection
+that has not answered for `SILENT_AFTER` counts as not listening.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable
+from time import monotonic
 from typing import Any
 
 import anyio
@@ -39,6 +43,11 @@ from .flags import Wakeup
 __all__ = ["Notifier", "cancelled_ids"]
 
 log = logging.getLogger("pgqueue.worker")
+
+# The LISTEN connection's round trip, and how long without an answer makes
+# it silent (cancels then come by the heartbeat, every second).
+PING_INTERVAL = 1.0
+SILENT_AFTER = 2.5
 
 
 def cancelled_ids(payload: str) -> list[int] | None:
@@ -90,6 +99,9 @@ class Notifier:
         # waiter), which then beats at once.
         self.beat_now = Wakeup()
         self._stop = threading.Event()
+        # When the LISTEN connection last answered (time.monotonic()):
+        # written by the thread, read by `_watch` on the event loop.
+        self._answered = 0.0
 
     async def run(self) -> None:
         token = anyio.lowlevel.current_token()
@@ -121,6 +133,7 @@ class Notifier:
         lost: Exception | None = None
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._on_start, started)
+            tg.start_soon(self._watch, started)
             try:
                 await anyio.to_thread.run_sync(
                     self._listen, conninfo, kwargs, token, started, abandon_on_cancel=True
@@ -137,6 +150,14 @@ class Notifier:
         # lease keeper, told, looks for cancels).
         self.wakeup.set()
         self._heard(True)
+
+    async def _watch(self, started: anyio.Event) -> None:
+        """While connected: a connection that stopped answering its round
+        trips is not listening (and listening again once it answers)."""
+        await started.wait()
+        while True:
+            await anyio.sleep(PING_INTERVAL)
+            self._heard(monotonic() - self._answered < SILENT_AFTER)
 
     def _heard(self, listening: bool) -> None:
         if listening != self.listening:
@@ -158,8 +179,16 @@ class Notifier:
             # shows of this connection, as before the control channel existed.
             conn.execute(self.queue.core.sql.listen_control)
             conn.execute(self.queue.core.sql.listen)
+            self._answered = monotonic()
             anyio.from_thread.run_sync(started.set, token=token)
             while not self._stop.is_set():
+                if monotonic() - self._answered >= PING_INTERVAL:
+                    # The round trip: LISTEN again (a no-op, and what
+                    # pg_stat_activity keeps showing). It blocks while the
+                    # connection is silent (see `_watch`); notifications
+                    # meanwhile wait for the next notifies().
+                    conn.execute(self.queue.core.sql.listen)
+                    self._answered = monotonic()
                 for note in conn.notifies(timeout=0.5, stop_after=1):
                     if note.channel != control:
                         anyio.from_thread.run_sync(self.wakeup.set, token=token)

@@ -252,6 +252,7 @@ async def drain_async(dsn: str, table: str, args: argparse.Namespace) -> tuple[f
                     {"noop": noop},
                     concurrency=args.concurrency,
                     batch_size=args.batch_size,
+                    poll_interval=args.poll_interval,
                     handle_signals=False,
                     name=f"limitsbench-{i}",
                 )
@@ -287,7 +288,8 @@ def drain_report(variants: list[Variant], args: argparse.Namespace) -> list[str]
     lines = [
         f"drain: {args.jobs:,} jobs ({'trivial' if not args.job_ms else f'{args.job_ms} ms'}), "
         f"{args.workers} asyncio workers in one process (concurrency {args.concurrency}, "
-        f"batch_size {args.batch_size}), median of {args.repeat} run(s)",
+        f"batch_size {args.batch_size}, poll_interval {args.poll_interval}), "
+        f"median of {args.repeat} run(s)",
         "",
         f"{'variant':<12}{'enqueue s':>10}{'drain s':>9}{'jobs/s':>9}{'vs unlimited':>14}"
         f"{'max handlers':>14}{'max rows':>10}{'max slots':>11}",
@@ -516,6 +518,12 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=WorkerSettings.batch_size,
         help=f"each worker's claim batch (default {WorkerSettings.batch_size})",
+    )
+    p.add_argument(
+        "--poll-interval",
+        type=float,
+        default=WorkerSettings.poll_interval,
+        help=f"each worker's poll interval, seconds (default {WorkerSettings.poll_interval})",
     )
     p.add_argument("--job-ms", type=float, default=0, help="each handler sleeps this long")
     p.add_argument("--repeat", type=int, default=3, help="drains of each variant; medians count")

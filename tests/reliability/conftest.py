@@ -220,7 +220,7 @@ class Fleet:
         while True:
             try:
                 cur = self.raw.conn.execute(composed, params or None)
-                return cur.fetchall() if cur.description else []
+                return cur.fetchall() if cur.description is not None else []
             except psycopg.OperationalError:
                 if time.monotonic() > deadline:
                     raise

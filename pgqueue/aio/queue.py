@@ -367,6 +367,7 @@ class AsyncQueue:
         queues: Iterable[str] | None = None,
         claim_bytes: int | None = None,
         results: Mapping[int, str] | None = None,
+        limited_max: int | None = None,
     ) -> Cycle:
         """Record ``worker``'s outcomes and claim its next batch in one round trip
         (at most ``limit`` jobs; with ``claim_bytes``, stopping at the one
@@ -374,7 +375,7 @@ class AsyncQueue:
         the return values (JSON text) of successes that keep one."""
         op = self.core.cycle(succeeded, failures, worker=worker, limit=limit, kinds=kinds,
                              queues=queues, claim_bytes=claim_bytes,
-                             results=results)  # fmt: skip
+                             results=results, limited_max=limited_max)  # fmt: skip
         return await self._driver.run(op)
 
     async def claim_orphan(

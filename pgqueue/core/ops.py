@@ -392,14 +392,19 @@ class QueueCore:
         queues: Iterable[str] | None = None,
         claim_bytes: int | None = None,
         results: Mapping[int, str] | None = None,
+        limited_max: int | None = None,
     ) -> Operation[Cycle]:
         """One turn of a worker: record its outcomes and claim its next batch,
         in one statement (see `Statements.cycle`); the batch stops at the job
         whose payload takes it past ``claim_bytes``, if given. ``results``: the
-        return values (JSON text) of the successes that keep one."""
+        return values (JSON text) of the successes that keep one. Of limited
+        jobs, it takes at most ``limited_max`` (a worker: its concurrency, so
+        that it holds no slot for a job that waits for a runner)."""
         claim = self._claim_params(limit, worker, kinds, queues)
         if validate_claim_bytes(claim_bytes) is not None:
             claim["claim_bytes"] = claim_bytes
+        if limited_max is not None:
+            claim["limited_max"] = min(validate_limit(limited_max), claim["limit"])
         return self._cycle(succeeded, failures, worker, claim, results)
 
     def _cycle(
@@ -412,9 +417,10 @@ class QueueCore:
     ) -> Operation[Cycle]:
         claim = dict(claim)
         limit = claim.pop("limit")
+        limited_max = claim.pop("limited_max", limit)
         shape = ("queues" in claim, "kinds" in claim, "claim_bytes" in claim)
         limited = self.limits_in_use
-        statement = self.sql.turn(*shape, limit, limited)
+        statement = self.sql.turn(*shape, limit, limited, limited_max)
         params = {
             **claim,
             "worker": worker,
@@ -429,7 +435,8 @@ class QueueCore:
             if slots and not limited and limit > len(claimed):
                 # Limits came into use since the last turn: claim the rest
                 # of the batch again, limited jobs included, at once.
-                again = self.sql.turn(*shape, limit - len(claimed), True)
+                more = limit - len(claimed)
+                again = self.sql.turn(*shape, more, True, min(limited_max, more))
                 nothing = {**claim, "worker": worker, "done": []}
                 nothing |= _failure_arrays([]) | _result_arrays(None)
                 ((_, _, _, more, _, _),) = yield Query(again, nothing)

@@ -187,6 +187,7 @@ class Statements:
             "limits": sql.Identifier(*parts[:-1], f"{name}_limits"),
             "slots": sql.Identifier(*parts[:-1], f"{name}_limit_slots"),
             "results_channel": sql.Literal(self.results_channel),
+            "jobs_channel": sql.Literal(self.channel),
         }
         # Jobs that leave the table are copied here when history is on.
         keep = history_table if history else None
@@ -424,15 +425,16 @@ free AS (
            row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
       FROM (SELECT limit_key, slot FROM {slots} AS s
              WHERE job_id IS NULL
-               -- Below the limit, less the slots above it still taken (a
-               -- lowered limit): those only ever get freed, so a count read
-               -- from an older snapshot errs on the safe side.
-               AND slot <= (SELECT l.n - (SELECT count(*) FROM {slots} AS h
-                                           WHERE h.limit_key = s.limit_key AND h.slot > l.n
-                                             AND h.job_id IS NOT NULL)
-                              FROM (SELECT coalesce((SELECT max_running FROM {limits} AS m
-                                                      WHERE m.limit_key = s.limit_key), 1)
-                                           AS n) AS l)
+               -- Within the limit, and none taken above it (a lowered
+               -- limit): slots above it are never taken again, only freed,
+               -- so one seen taken from an older snapshot errs on the safe
+               -- side. Every slot taken is then within the limit.
+               AND slot <= coalesce((SELECT max_running FROM {limits} AS m
+                                      WHERE m.limit_key = s.limit_key), 1)
+               AND NOT EXISTS (SELECT FROM {slots} AS h
+                                WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                                  AND h.slot > coalesce((SELECT max_running FROM {limits} AS m
+                                                          WHERE m.limit_key = s.limit_key), 1))
                AND EXISTS (SELECT FROM {table} AS t
                             WHERE t.status = 'pending' AND t.limit_key = s.limit_key
                               AND t.run_at <= now(){served})
@@ -480,6 +482,7 @@ RETURNING {jcols}"""
             budget: bool = False,
             worker: bool = False,
             limited_jobs: bool = True,
+            limited_max: int | None = None,
         ) -> tuple[sql.Composable, sql.Composable]:
             """The claim's CTEs of limited jobs (none without `limited_jobs`),
             and its UPDATE; a worker's (`worker`) leaves orphaned jobs out of
@@ -489,7 +492,8 @@ RETURNING {jcols}"""
                 served += sql.SQL(" AND t.queue = ANY(%(queues)s::text[])")
             if kinds:
                 served += sql.SQL(" AND t.kind = ANY(%(kinds)s::text[])")
-            ctes = sql.SQL(limited).format(served=served, limit=sql.Literal(limit), **names)
+            most = limit if limited_max is None else limited_max
+            ctes = sql.SQL(limited).format(served=served, limit=sql.Literal(most), **names)
             picked = sql.SQL(pick).format(
                 limit=sql.Literal(limit),
                 per_kind=sql.SQL(
@@ -571,7 +575,8 @@ RETURNING {jcols}"""
     UPDATE {slots} AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM {source} AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.{attempt}),
+       AND s.attempt = d.{attempt}
+    RETURNING s.slot),
 {kept} AS (
     INSERT INTO {results} AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -599,16 +604,25 @@ RETURNING {jcols}"""
         values_join = """
       LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id"""
 
-        # The results notification: a scalar subquery of the statement's last
-        # SELECT, so that it runs once the rows it announces are written.
+        # The notifications of a statement that records outcomes, a scalar
+        # subquery of its last SELECT (so that it runs once what it announces
+        # is written): a job's id on the results channel for each result
+        # kept; and, if it freed limit slots, one on the jobs channel, which
+        # wakes the workers (the claim of this very statement saw the slots
+        # taken). Counts the notifications.
         def told(*sources: str) -> sql.Composable:
             kept = sql.SQL("\n                UNION ALL ").join(
                 sql.SQL(f"SELECT job_id FROM {src}_results") for src in sources
             )
+            freed = sql.SQL("\n                        UNION ALL ").join(
+                sql.SQL(f"SELECT slot FROM {src}_freed") for src in sources
+            )
             return sql.SQL(
                 "(SELECT count(pg_notify({results_channel}, job_id::text))"
                 "\n          FROM ({kept}) AS k)"
-            ).format(kept=kept, **names)
+                "\n       + (SELECT count(pg_notify({jobs_channel}, ''))"
+                "\n            FROM (SELECT FROM ({freed}) AS f HAVING count(*) > 0) AS w)"
+            ).format(kept=kept, freed=freed, **names)
 
         # Success: the row goes. Only a running job can succeed. A worker's
         # successes are fenced by its name (`cycle`); `complete` is not.
@@ -1137,23 +1151,37 @@ SELECT EXISTS (SELECT FROM s), (SELECT id FROM job),
         )
 
     def turn(
-        self, queues: bool, kinds: bool, budget: bool, limit: int, limited: bool = True
+        self,
+        queues: bool,
+        kinds: bool,
+        budget: bool,
+        limit: int,
+        limited: bool = True,
+        limited_max: int | None = None,
     ) -> bytes:
         """A worker's turn (see the ``cycle`` template above) claiming up to
         `limit` jobs, with ``queues``, ``kinds`` and ``claim_bytes``
-        parameters if told so; jobs with a limit key too if `limited`."""
+        parameters if told so; jobs with a limit key too if `limited`, at
+        most `limited_max` of them (default: `limit`)."""
         cycle, done, failures, told, names = self._turn_parts
+        limited_max = limit if limited_max is None else min(limited_max, limit)
 
         def render() -> bytes:
             ctes, update = self._claim_parts(
-                queues, kinds, limit, budget=budget, worker=True, limited_jobs=limited
+                queues,
+                kinds,
+                limit,
+                budget=budget,
+                worker=True,
+                limited_jobs=limited,
+                limited_max=limited_max,
             )
             ctes = ctes + sql.SQL(",") if limited else ctes
             return _render(
                 cycle, done=done, failures=failures, limited=ctes, claim=update, told=told, **names
             )
 
-        return self._remember(("turn", queues, kinds, budget, limit, limited), render)
+        return self._remember(("turn", queues, kinds, budget, limit, limited, limited_max), render)
 
 
 class SeedStatements:

@@ -118,6 +118,7 @@ class FakeQueue:
         queues: Sequence[str] | None = None,
         claim_bytes: int | None = None,
         results: Mapping[int, str] | None = None,
+        limited_max: int | None = None,
     ) -> Cycle:
         await self._enter("cycle")
         if self.claim_limit is not None and limit > self.claim_limit:

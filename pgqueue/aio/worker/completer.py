@@ -125,6 +125,7 @@ class Completer:
         kinds: Sequence[str] | None,
         queues: Sequence[str] | None,
         claim_bytes: int | None,
+        limited_max: int | None = None,
     ) -> tuple[list[Job], int]:
         """Write every outcome waiting and claim up to ``limit`` jobs, in one
         statement; return the jobs claimed and how many outcomes it carried."""
@@ -134,7 +135,7 @@ class Completer:
             turn = await self.calls("claim", self.queue.cycle, succeeded, failures,
                                     worker=self.worker, limit=limit, kinds=kinds,
                                     queues=queues, claim_bytes=claim_bytes,
-                                    results=results)  # fmt: skip
+                                    results=results, limited_max=limited_max)  # fmt: skip
         except BaseException:
             self.ledger.unwrite(job.id for job, _ in batch)
             self.progress.notify()

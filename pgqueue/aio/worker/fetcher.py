@@ -155,6 +155,9 @@ class Fetcher:
                     self.settings.kinds,
                     self.settings.queues,
                     self.settings.claim_bytes,
+                    # A limited job's slot is held from its claim: claim no
+                    # more of them than the runners can start.
+                    self.settings.concurrency,
                 )
         except DATABASE_ERRORS as exc:
             if isinstance(exc, psycopg.errors.QueryCanceled) and self._smaller_claims():

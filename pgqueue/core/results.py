@@ -15,7 +15,6 @@ from typing import Any, Final
 from .backoff import Backoff
 
 __all__ = [
-    "OUTCOMES",
     "JobFailed",
     "JobNotCommitted",
     "JobResult",
@@ -25,8 +24,7 @@ __all__ = [
     "encode_result",
 ]
 
-# What `JobResult.outcome` may say: the job is over (the first three) or not yet.
-OUTCOMES: Final = ("succeeded", "dead", "cancelled", "pending", "running")
+# The outcomes of a job that is over (`JobResult.outcome`; else pending or running).
 FINISHED: Final = frozenset({"succeeded", "dead", "cancelled"})
 
 # How often `wait` looks again without a notification (the safety net):

@@ -572,6 +572,17 @@ class QueueCore:
 
         return Operation(plan())
 
+    def cancel_requests(self, ids: Sequence[int]) -> Operation[list[int]]:
+        """Which of these jobs had their cancel requested (a worker's look)."""
+
+        def plan() -> Plan[list[int]]:
+            if not ids:
+                return []
+            rows = yield Query(self.sql.cancel_requests, (list(ids),))
+            return [r[0] for r in rows]
+
+        return Operation(plan())
+
     # -- inspection and repair -------------------------------------------
 
     def get(self, job_id: int) -> Operation[Job | None]:

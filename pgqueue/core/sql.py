@@ -765,6 +765,14 @@ RETURNING id, cancel_requested_at IS NOT NULL""",
             **names,
         )
 
+        # A worker that cannot listen looks for cancels between heartbeats:
+        # a read, which neither rewrites nor locks the rows.
+        self.cancel_requests = _render(
+            "SELECT id FROM {table}"
+            " WHERE id = ANY(%s::bigint[]) AND cancel_requested_at IS NOT NULL",
+            **names,
+        )
+
         self.get = _render("SELECT {cols} FROM {table} WHERE id = %s", **names)
 
         # An operator revives dead jobs: a fresh set of attempts, due now. A

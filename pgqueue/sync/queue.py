@@ -389,6 +389,10 @@ class Queue:
         held, and which of those were asked to stop (`cancel`)."""
         return self._driver.run(self.core.heartbeat(job_ids, worker=worker))
 
+    def cancel_requests(self, job_ids: Sequence[int]) -> list[int]:
+        """Which of these jobs had their cancel requested (for `AsyncWorker`)."""
+        return self._driver.run(self.core.cancel_requests(job_ids))
+
     def reap_outcomes(self, visibility_timeout: timedelta) -> dict[int, JobStatus]:
         """`reap`, telling what each expired job became (pending, or dead on its last attempt)."""
         return self._driver.run(self.core.reap_outcomes(visibility_timeout))

@@ -153,6 +153,10 @@ class FakeQueue:
         held = [i for i in job_ids if self._held_by(i, worker)]
         return Heartbeat(held, [i for i in held if i in self.cancel_requested])
 
+    async def cancel_requests(self, job_ids: Sequence[int]) -> list[int]:
+        await self._enter("cancel_requests")
+        return [i for i in job_ids if i in self.cancel_requested]
+
     async def reap_outcomes(self, visibility_timeout: timedelta) -> dict[int, JobStatus]:
         await self._enter("reap")
         return {}

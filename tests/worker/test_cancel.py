@@ -1,7 +1,7 @@
 """The worker's side of cancellation, `job_context()` and results, against `FakeQueue`.
 
 The fake never notifies: every cancel here reaches the worker through its
-heartbeat, which beats every `UNHEARD_BEAT` seconds while nobody listens
+heartbeat, and every `UNHEARD_BEAT` seconds from a look while nobody listens
 (shortened here). The behaviour suite (tests/behaviour/test_cancel_worker.py)
 runs the same on a real server, notifications included.
 """
@@ -426,9 +426,10 @@ async def test_the_keeper_beats_at_once_when_listening_starts_or_stops() -> None
             tg.start_soon(keeper.run)
             fake.cancel(job.id)
             beat = fake.started("heartbeat")
-            notifier._heard(False)  # the connection is lost: beat now, then every second
+            notifier._heard(False)  # the connection is lost: beat now, then look every second
             await beat.wait()
-            await fake.started("heartbeat").wait()  # and again, well before 15 minutes
+            # A look for cancels (a read), well before the next beat in 15 minutes.
+            await fake.started("cancel_requests").wait()
             notifier._heard(True)
             beat = fake.started("heartbeat")
             await beat.wait()  # listening again: one beat at once

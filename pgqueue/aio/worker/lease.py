@@ -7,10 +7,13 @@ lost: not started if it was waiting, its outcome not written if it runs.
 
 The same statement says which of those jobs' cancel was requested; they
 go to the runners (`Runners.cancel`). Cancels also come by notification
-(the notifier), and so that a lost one costs little, the keeper beats
-every `UNHEARD_BEAT` seconds while the notifier is not listening (not
-connected yet, or its connection lost), and once more as soon as it
-listens again (or when a notification names too many jobs to list).
+(the notifier), and so that a lost one costs little, the keeper looks for
+cancels every `UNHEARD_BEAT` seconds while the notifier is not listening
+(not connected yet, its connection lost or silent, or a run with no
+listener): a read of the flags, which writes nothing and locks nothing
+(a heartbeat a second, which rewrites the rows, slowed a drain by a
+tenth). It beats at once when the notifier listens again or stops, or
+when a notification names too many jobs to list.
 A heartbeat that comes late by more than a third of the visibility timeout
 means the event loop was blocked (an ``async def`` handler that does not
 await): the leases were at risk, and the log says which jobs ran then.
@@ -41,9 +44,9 @@ UNHEARD_BEAT = 1.0
 
 
 def beat_interval(settings: WorkerSettings, listening: bool) -> float:
-    """Seconds to the next heartbeat: a quarter of the visibility timeout while
-    the notifier listens (cancels arrive by notification), else at most
-    `UNHEARD_BEAT` (the heartbeat is how they arrive)."""
+    """Seconds between the keeper's looks: a quarter of the visibility
+    timeout while the notifier listens (cancels arrive by notification),
+    else at most `UNHEARD_BEAT` (a look is how they arrive)."""
     interval = settings.heartbeat_interval
     return interval if listening else min(interval, UNHEARD_BEAT)
 
@@ -69,18 +72,20 @@ class LeaseKeeper:
     async def run(self) -> None:
         timeout = self.settings.visibility_timeout.total_seconds()
         notifier = self.notifier
+        next_beat = anyio.current_time() + self.settings.heartbeat_interval
         while True:
             interval = beat_interval(self.settings, notifier is not None and notifier.listening)
             # The jobs running now, for the warning if the loop blocks before
-            # the next beat (by then the job that blocked it may be done).
+            # the next look (by then the job that blocked it may be done).
             before = self.ledger.jobs(Phase.RUNNING)
-            due = anyio.current_time() + interval
+            due = min(anyio.current_time() + interval, next_beat)
+            woken = False
             if notifier is not None:
                 # Set when listening again (a cancel sent meanwhile may be
-                # lost: look now), no longer listening (beat now, then every
-                # second), or for a cancel of more jobs than a notification
-                # names. Either way, the beat comes now.
-                await notifier.beat_now.wait_for(interval)
+                # lost: look now), no longer listening (beat now, then look
+                # every second), or for a cancel of more jobs than a
+                # notification names. Either way, the beat comes now.
+                woken = await notifier.beat_now.wait_for(max(due - anyio.current_time(), 0))
             else:
                 await anyio.sleep_until(due)
             # Past the due time: the wait's overrun only, not the beat's. (A
@@ -89,7 +94,27 @@ class LeaseKeeper:
             late = anyio.current_time() - due
             if late > timeout / 3:
                 self._warn_blocked(late, before)
-            await self.beat()
+            if woken or anyio.current_time() >= next_beat:
+                await self.beat()
+                next_beat = anyio.current_time() + self.settings.heartbeat_interval
+            else:
+                await self.look_for_cancels()
+
+    async def look_for_cancels(self) -> None:
+        """(Not listening.) Which of the jobs held here had their cancel
+        requested: read only, between heartbeats."""
+        jobs = self.ledger.leased()
+        if not jobs:
+            return
+        try:
+            ids = await self.calls("looking for cancels", self.queue.cancel_requests,
+                                   [j.id for j in jobs])  # fmt: skip
+        except DATABASE_ERRORS as exc:
+            log.warning("worker %s: looking for cancels failed (%s)", self.settings.name,
+                        one_line(exc))  # fmt: skip
+            return
+        if ids:
+            self.cancel(ids)
 
     async def beat(self) -> None:
         """Renew the leases; jobs the database says are no longer held are lost,

@@ -14,9 +14,10 @@ listener): a read of the flags, which writes nothing and locks nothing
 (a heartbeat a second, which rewrites the rows, slowed a drain by a
 tenth). It beats at once when the notifier listens again or stops, or
 when a notification names too many jobs to list.
-A heartbeat that comes late by more than a third of the visibility timeout
-means the event loop was blocked (an ``async def`` handler that does not
-await): the leases were at risk, and the log says which jobs ran then.
+A tick of its own (every second) that comes late by more than a third of
+the visibility timeout means the event loop was blocked (an ``async def``
+handler that does not await): the leases were at risk, and the log says
+which jobs ran then.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ log = logging.getLogger("pgqueue.worker")
 # Seconds between heartbeats while no notification can bring a cancel: SPEC
 # §5 wants a cancel to reach a running job within a second regardless.
 UNHEARD_BEAT = 1.0
+# How often the loop's watch ticks (at most a sixth of the visibility timeout).
+LOOP_TICK = 1.0
 
 
 def beat_interval(settings: WorkerSettings, listening: bool) -> float:
@@ -70,14 +73,31 @@ class LeaseKeeper:
     notifier: Notifier | None = None
 
     async def run(self) -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._watch_the_loop)
+            await self._keep()
+
+    async def _watch_the_loop(self) -> None:
+        """Warn when the event loop was blocked for a third of the visibility
+        timeout: a tick of its own, so that a block is seen whatever the
+        keeper awaits then (a heartbeat in flight too)."""
         timeout = self.settings.visibility_timeout.total_seconds()
+        tick = min(LOOP_TICK, timeout / 6)
+        while True:
+            # The jobs running now, for the warning if the loop blocks before
+            # the next tick (by then the job that blocked it may be done).
+            before = self.ledger.jobs(Phase.RUNNING)
+            due = anyio.current_time() + tick
+            await anyio.sleep_until(due)
+            late = anyio.current_time() - due  # the sleep's overrun only
+            if late > timeout / 3:
+                self._warn_blocked(late, before)
+
+    async def _keep(self) -> None:
         notifier = self.notifier
         next_beat = anyio.current_time() + self.settings.heartbeat_interval
         while True:
             interval = beat_interval(self.settings, notifier is not None and notifier.listening)
-            # The jobs running now, for the warning if the loop blocks before
-            # the next look (by then the job that blocked it may be done).
-            before = self.ledger.jobs(Phase.RUNNING)
             due = min(anyio.current_time() + interval, next_beat)
             woken = False
             if notifier is not None:
@@ -88,12 +108,6 @@ class LeaseKeeper:
                 woken = await notifier.beat_now.wait_for(max(due - anyio.current_time(), 0))
             else:
                 await anyio.sleep_until(due)
-            # Past the due time: the wait's overrun only, not the beat's. (A
-            # blocked loop may also have silenced the listener, whose
-            # wake-up then ends the wait late as well.)
-            late = anyio.current_time() - due
-            if late > timeout / 3:
-                self._warn_blocked(late, before)
             if woken or anyio.current_time() >= next_beat:
                 await self.beat()
                 next_beat = anyio.current_time() + self.settings.heartbeat_interval

@@ -965,6 +965,8 @@ ON CONFLICT (id) DO NOTHING
 RETURNING id / 0""",
             **names,
         )
+        # A setting for the rest of the caller's transaction (the probe's lock_timeout).
+        self.set_local = b"SELECT set_config(%s, %s, true)"
         # Results past their time, removed by the reaper a batch at a time.
         self.prune_results = _render(
             """

@@ -393,19 +393,24 @@ class QueueCore:
         claim_bytes: int | None = None,
         results: Mapping[int, str] | None = None,
         limited_max: int | None = None,
+        plain: bool = False,
     ) -> Operation[Cycle]:
         """One turn of a worker: record its outcomes and claim its next batch,
         in one statement (see `Statements.cycle`); the batch stops at the job
         whose payload takes it past ``claim_bytes``, if given. ``results``: the
         return values (JSON text) of the successes that keep one. Of limited
         jobs, it takes at most ``limited_max`` (a worker: its concurrency, so
-        that it holds no slot for a job that waits for a runner)."""
+        that it holds no slot for a job that waits for a runner). ``plain``:
+        the caller knows that no success holds a limit slot or keeps a
+        result (a worker knows from its `Job`), and the statement leaves
+        that bookkeeping out; should one do either, a second statement
+        records it in full."""
         claim = self._claim_params(limit, worker, kinds, queues)
         if validate_claim_bytes(claim_bytes) is not None:
             claim["claim_bytes"] = claim_bytes
         if limited_max is not None:
             claim["limited_max"] = min(validate_limit(limited_max), claim["limit"])
-        return self._cycle(succeeded, failures, worker, claim, results)
+        return self._cycle(succeeded, failures, worker, claim, results, plain)
 
     def _cycle(
         self,
@@ -414,31 +419,43 @@ class QueueCore:
         worker: str,
         claim: dict[str, Any],
         results: Mapping[int, str] | None = None,
+        plain: bool = False,
     ) -> Operation[Cycle]:
         claim = dict(claim)
         limit = claim.pop("limit")
         limited_max = claim.pop("limited_max", limit)
         shape = ("queues" in claim, "kinds" in claim, "claim_bytes" in claim)
         limited = self.limits_in_use
-        statement = self.sql.turn(*shape, limit, limited, limited_max)
-        params = {
-            **claim,
-            "worker": worker,
-            "done": list(succeeded),
-            **_failure_arrays(failures),
-            **_result_arrays(results),
-        }
+        plain = plain and not results
+        statement = self.sql.turn(
+            *shape, limit, limited, limited_max, failures=bool(failures), plain=plain
+        )
+        params = {**claim, "worker": worker, "done": list(succeeded)}
+        if failures:
+            params |= _failure_arrays(failures)
+        if not plain:
+            params |= _result_arrays(results)
 
         def plan() -> Plan[Cycle]:
             ((done, failed, statuses, claimed, _, slots),) = yield Query(statement, params)
+            if plain and len(done) < len(params["done"]):
+                # A success held a slot or kept a result after all (or its
+                # lease was lost, and this finds it gone again).
+                seen = set(done)
+                rest = [i for i in params["done"] if i not in seen]
+                full = self.sql.turn(*shape, 0, False, 0, failures=False)
+                rest_params = {**claim, "worker": worker, "done": rest, **_result_arrays(None)}
+                ((recorded, *_),) = yield Query(full, rest_params)
+                done = done + recorded
             self.limits_in_use = slots
             if slots and not limited and limit > len(claimed):
                 # Limits came into use since the last turn: claim the rest
                 # of the batch again, limited jobs included, at once.
                 more = limit - len(claimed)
-                again = self.sql.turn(*shape, more, True, min(limited_max, more))
+                again = self.sql.turn(
+                    *shape, more, True, min(limited_max, more), failures=False, plain=True
+                )
                 nothing = {**claim, "worker": worker, "done": []}
-                nothing |= _failure_arrays([]) | _result_arrays(None)
                 ((_, _, _, more, _, _),) = yield Query(again, nothing)
                 claimed = claimed + more
             written = {i: JobStatus(s) for i, s in zip(failed, statuses, strict=True)}

@@ -723,15 +723,25 @@ SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM done),
         worker_done = sql.SQL(done).format(
             fence=sql.SQL(" AND locked_by = %(worker)s"), keep=keep_done, after=after_done, **names
         )
-
-        # (queues given, kinds given, byte budget) -> the worker's turn.
-        self._turn_parts = (
-            cycle,
-            worker_done,
-            failure_ctes,
-            told("done", "failed_rows", "cancelled"),
-            names,
+        # Most turns carry successes that hold no slot and keep no result,
+        # and no failure: they leave that bookkeeping out of the statement
+        # (`turn`). A plain success is deleted only if it is one, so a
+        # caller that was wrong loses neither a slot nor a result: the job
+        # stays running, and `QueueCore.cycle` records it in full at once.
+        plain_done = sql.SQL(done).format(
+            fence=sql.SQL(
+                " AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL"
+            ),
+            keep=keep_done,
+            after=sql.SQL(""),
+            **names,
         )
+        no_failures = sql.SQL(
+            "\nfailed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false)"
+        )
+
+        # The worker's turn, by shape: see `turn`.
+        self._turn_parts = (cycle, worker_done, plain_done, failure_ctes, no_failures, told, names)
         # As shown in docs/design.md: a worker's turn and a claim, for the
         # default batch sizes.
         self.cycle = self.turn(False, False, False, 100)
@@ -1141,7 +1151,7 @@ SELECT EXISTS (SELECT FROM s), (SELECT id FROM job),
 
     # At most this many claims and turns are kept rendered (batch sizes
     # times shapes); past it, they are rendered anew.
-    RENDERED_MAX = 64
+    RENDERED_MAX = 256
 
     def _remember(self, key: tuple[object, ...], render: Callable[[], bytes]) -> bytes:
         statement = self._rendered.get(key)
@@ -1168,15 +1178,22 @@ SELECT EXISTS (SELECT FROM s), (SELECT id FROM job),
         limit: int,
         limited: bool = True,
         limited_max: int | None = None,
+        *,
+        failures: bool = True,
+        plain: bool = False,
     ) -> bytes:
         """A worker's turn (see the ``cycle`` template above) claiming up to
         `limit` jobs, with ``queues``, ``kinds`` and ``claim_bytes``
         parameters if told so; jobs with a limit key too if `limited`, at
-        most `limited_max` of them (default: `limit`)."""
-        cycle, done, failures, told, names = self._turn_parts
+        most `limited_max` of them (default: `limit`). Without `failures`,
+        it records none (and takes no failure parameters); if `plain`, its
+        successes are those that hold no limit slot and keep no result
+        (and it takes no result parameters)."""
+        cycle, full_done, plain_done, failure_ctes, no_failures, told, names = self._turn_parts
         limited_max = limit if limited_max is None else min(limited_max, limit)
 
         def render() -> bytes:
+            sources = ["done"] * (not plain) + ["failed_rows", "cancelled"] * failures
             ctes, update = self._claim_parts(
                 queues,
                 kinds,
@@ -1188,10 +1205,17 @@ SELECT EXISTS (SELECT FROM s), (SELECT id FROM job),
             )
             ctes = ctes + sql.SQL(",") if limited else ctes
             return _render(
-                cycle, done=done, failures=failures, limited=ctes, claim=update, told=told, **names
+                cycle,
+                done=plain_done if plain else full_done,
+                failures=failure_ctes if failures else no_failures,
+                limited=ctes,
+                claim=update,
+                told=told(*sources) if sources else sql.SQL("0"),
+                **names,
             )
 
-        return self._remember(("turn", queues, kinds, budget, limit, limited, limited_max), render)
+        shape = (queues, kinds, budget, limit, limited, limited_max, failures, plain)
+        return self._remember(("turn", *shape), render)
 
 
 class SeedStatements:

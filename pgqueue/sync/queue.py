@@ -363,14 +363,16 @@ class Queue:
         claim_bytes: int | None = None,
         results: Mapping[int, str] | None = None,
         limited_max: int | None = None,
+        plain: bool = False,
     ) -> Cycle:
         """Record ``worker``'s outcomes and claim its next batch in one round trip
         (at most ``limit`` jobs; with ``claim_bytes``, stopping at the one
         whose payload takes the batch past that many bytes). ``results``:
-        the return values (JSON text) of successes that keep one."""
+        the return values (JSON text) of successes that keep one; ``plain``:
+        no success holds a limit slot or keeps a result (see `QueueCore.cycle`)."""
         op = self.core.cycle(succeeded, failures, worker=worker, limit=limit, kinds=kinds,
-                             queues=queues, claim_bytes=claim_bytes,
-                             results=results, limited_max=limited_max)  # fmt: skip
+                             queues=queues, claim_bytes=claim_bytes, results=results,
+                             limited_max=limited_max, plain=plain)  # fmt: skip
         return self._driver.run(op)
 
     def claim_orphan(

@@ -720,6 +720,29 @@ async def test_a_workers_turn_claims_limited_jobs_once_limits_come_into_use(
     assert [j.id for j in turn.claimed + then.claimed] == [limited[1]]
 
 
+async def test_a_turn_told_its_successes_are_plain_still_frees_slots_and_keeps_results(
+    queue: Any, raw: Raw, table: str
+) -> None:
+    # `plain` leaves the slot and result bookkeeping out of the statement;
+    # a caller that says so wrongly loses neither.
+    limited = await queue.enqueue("k", limit_key="x")
+    kept = await queue.enqueue("k", result_ttl=KEEP)
+    ordinary = await queue.enqueue("k")
+    assert len(await queue.claim(3, worker="w")) == 3
+    assert [s for s, _, _ in taken_slots(raw, table, "x")] == [1]
+    turn = await queue.cycle([limited, kept, ordinary], [], worker="w", limit=5, plain=True)
+    assert sorted(turn.completed) == sorted([limited, kept, ordinary])
+    assert taken_slots(raw, table, "x") == []
+    result = await queue.result(kept)
+    assert (result.outcome, result.value) == ("succeeded", None)
+    assert await queue.result(ordinary) is None
+    # A success this worker no longer holds is refused either way.
+    again = await queue.enqueue("k")
+    await queue.claim(worker="other")
+    turn = await queue.cycle([again], [], worker="w", limit=5, plain=True)
+    assert turn.completed == []
+
+
 async def test_a_limit_of_zero_holds_its_jobs_back(queue: Any) -> None:
     await queue.set_limit("off", 0)
     held = await queue.enqueue("k", limit_key="off")

@@ -119,6 +119,7 @@ class FakeQueue:
         claim_bytes: int | None = None,
         results: Mapping[int, str] | None = None,
         limited_max: int | None = None,
+        plain: bool = False,
     ) -> Cycle:
         await self._enter("cycle")
         if self.claim_limit is not None and limit > self.claim_limit:

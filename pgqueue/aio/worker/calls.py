@@ -53,7 +53,7 @@ class WorkerQueue(Protocol):
         self, succeeded: Sequence[int], failures: Sequence[Failure], *, worker: str, limit: int,
         kinds: Sequence[str] | None = None, queues: Sequence[str] | None = None,
         claim_bytes: int | None = None, results: Mapping[int, str] | None = None,
-        limited_max: int | None = None,
+        limited_max: int | None = None, plain: bool = False,
     ) -> Cycle: ...  # fmt: skip
 
     async def settle(

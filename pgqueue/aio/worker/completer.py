@@ -131,11 +131,12 @@ class Completer:
         statement; return the jobs claimed and how many outcomes it carried."""
         batch = self._take()
         succeeded, failures, results = _split(batch)
+        plain = not any(job.limit_key or job.result_ttl for job, o in batch if o.failure is None)
         try:
             turn = await self.calls("claim", self.queue.cycle, succeeded, failures,
                                     worker=self.worker, limit=limit, kinds=kinds,
-                                    queues=queues, claim_bytes=claim_bytes,
-                                    results=results, limited_max=limited_max)  # fmt: skip
+                                    queues=queues, claim_bytes=claim_bytes, results=results,
+                                    limited_max=limited_max, plain=plain)  # fmt: skip
         except BaseException:
             self.ledger.unwrite(job.id for job, _ in batch)
             self.progress.notify()

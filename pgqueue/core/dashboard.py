@@ -599,6 +599,18 @@ SELECT coalesce(array_agg(id ORDER BY id), '{{{{}}}}') FROM purged""")
 
     # -- actions ----------------------------------------------------------
 
+    def retry(self, job_ids: Iterable[int]) -> Operation[list[int]]:
+        """Dead jobs back to pending, as `pgqueue.Queue.retry` does it; the ids revived."""
+        ids = sorted(set(validate_ids(job_ids)))
+
+        def plan() -> Plan[list[int]]:
+            if not ids:
+                return []
+            rows = yield Query(self.queue.sql.retry, {"ids": ids, "channel": self.queue.channel})
+            return sorted(r[0] for r in rows)
+
+        return Operation(plan())
+
     def purge(self, job_ids: Iterable[int]) -> Operation[list[int]]:
         """Delete these jobs if they are dead; the ids deleted."""
         ids = sorted(set(validate_ids(job_ids)))
@@ -654,10 +666,7 @@ SELECT coalesce(array_agg(id ORDER BY id), '{{{{}}}}') FROM purged""")
                     return done
                 after = ids[-1]
                 if action == "retry":
-                    revived = yield Query(
-                        self.queue.sql.retry, {"ids": ids, "channel": self.queue.channel}
-                    )
-                    done += [r[0] for r in revived]
+                    done += yield from self.retry(ids).plan
                 else:
                     done += yield from self.purge(ids).plan
 

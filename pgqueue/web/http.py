@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.cookies import CookieError, SimpleCookie
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import parse_qs
 
 import anyio.to_thread
@@ -101,8 +101,7 @@ def _form(content_type: str, body: bytes) -> dict[str, list[str]]:
     return parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
 
 
-class Handler(Protocol):
-    def __call__(self, request: Request) -> Response: ...
+Handler = Callable[[Request], Response]
 
 
 Scope = MutableMapping[str, Any]

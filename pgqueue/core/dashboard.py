@@ -111,8 +111,9 @@ def _short(n: int) -> str:
     return str(n)
 
 
-def capped(n: int, cap: int = CAP) -> Count:
-    """A count read with ``LIMIT cap + 1``."""
+def capped(n: int, cap: int | None = None) -> Count:
+    """A count read with ``LIMIT cap + 1`` (`CAP` by default)."""
+    cap = CAP if cap is None else cap
     return Count(min(n, cap), capped=n > cap)
 
 

@@ -479,7 +479,7 @@ class Dashboard:
             count = self._run(self.core.count_dead(where))
             return self._page(
                 request, "confirm.html", cookie, page="dead", role=ADMIN, action=action,
-                where=where, count=count, now=None, back=request.field("next"),
+                where=where, matching=count, now=None, back=request.field("next"),
             )  # fmt: skip
         done = self._run(self.core.on_every_dead(where, action))
         described = " ".join(f"{k}={v}" for k, v in where.as_query().items() if k != "status")

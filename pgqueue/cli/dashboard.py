@@ -111,5 +111,7 @@ def run_dashboard(args: argparse.Namespace) -> int:
         if token and not args.token:
             url += f"?token={token}"
         print(f"pgqueue dashboard of {args.table}: {url}", file=sys.stderr, flush=True)
-        uvicorn.run(app, host=args.host, port=args.port, log_level="warning", lifespan="on")
+        uvicorn.run(
+            app, host=args.host, port=args.port, log_level="info", access_log=False, lifespan="on"
+        )
     return 0

@@ -44,8 +44,21 @@ def tests_core(session: nox.Session) -> None:
         "tests",
         "--ignore=tests/behaviour",
         "--ignore=tests/reliability",
+        "--ignore=tests/browser",
         backend="sync",
     )
+
+
+@nox.session(python=PYTHON)
+def browser(session: nox.Session) -> None:
+    """The web dashboard in a real browser: Debian's Chromium driven by Playwright.
+
+    Needs ``/usr/bin/chromium`` (``apt-get install chromium``; ``.ci/run``
+    installs it when missing) or ``PGQUEUE_TEST_CHROMIUM``; Playwright
+    downloads no browser of its own.
+    """
+    session.install("-e", ".[browser]")
+    session.run("pytest", *(session.posargs or ["tests/browser"]))
 
 
 @nox.session(name="tests-pg15", python=PYTHON, default=False)

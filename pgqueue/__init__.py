@@ -9,7 +9,7 @@ from .aio.queue import AsyncQueue
 from .aio.worker import AsyncWorker
 from .core.backoff import Backoff
 from .core.context import JobCancelled, JobContext, job_context
-from .core.events import EventName, JobEvent
+from .core.events import ActionName, EventName, JobEvent, OperatorAction
 from .core.jobs import DuplicateJob, Job, JobNotRunning, JobSpec, JobStatus, Stats
 from .core.migrations import IncompatibleTable, SchemaError, SchemaTooNew
 from .core.ops import Cancelled, LimitState, QueueState
@@ -20,6 +20,7 @@ from .sync.queue import Queue
 from .sync.worker import Worker
 
 __all__ = [
+    "ActionName",
     "AsyncQueue",
     "AsyncWorker",
     "Backoff",
@@ -40,6 +41,7 @@ __all__ = [
     "JobStatus",
     "LimitState",
     "NoResult",
+    "OperatorAction",
     "Queue",
     "QueueState",
     "ScheduleState",

@@ -33,7 +33,7 @@ from ..core.dashboard import (
     parse_ids,
 )
 from ..core.events import ActionListener, ActionName, OperatorAction, check_listener
-from ..core.jobs import DEFAULT_VISIBILITY_TIMEOUT, DuplicateJob, JobStatus
+from ..core.jobs import DEFAULT_VISIBILITY_TIMEOUT, ROW_STATUSES, DuplicateJob
 from ..core.ops import Operation
 from ..core.schedules import UnknownSchedule
 from ..sync.driver import Driver, connection_kwargs
@@ -176,7 +176,7 @@ class Dashboard:
             autoescape=select_autoescape(default=True, default_for_string=True),
         )
         self._env.filters.update(
-            ago=_ago, clock=_clock, when=_when, pretty=_pretty, compact=_compact
+            ago=_ago, clock=_clock, when=_when, pretty=_pretty, compact=_compact, summary=_summary
         )
         self._static = {
             name: resources.files("pgqueue.web").joinpath("static", name).read_bytes()
@@ -350,7 +350,7 @@ class Dashboard:
             now=ov.now,
             since=since,
             chart=Markup(throughput_svg(minutes)) if minutes else None,
-            statuses=list(JobStatus),
+            statuses=list(ROW_STATUSES),
         )
 
     def _jobs(self, request: Request, role: str, cookie: str) -> Response:
@@ -358,7 +358,7 @@ class Dashboard:
         page = self._run(self.core.jobs(where, before=_before(request)))
         return self._page(
             request, "jobs.html", cookie, page="jobs", role=role, where=where, result=page,
-            now=page.now, statuses=list(JobStatus),
+            now=page.now, statuses=list(ROW_STATUSES),
         )  # fmt: skip
 
     def _dead(self, request: Request, role: str, cookie: str) -> Response:
@@ -634,6 +634,14 @@ def _when(value: datetime | None) -> str:
 
 def _clock(value: datetime | None) -> str:
     return "" if value is None else value.strftime("%H:%M:%S")
+
+
+def _summary(error: str | None) -> str:
+    """An error in one line: a traceback's last line (the exception), else its first."""
+    lines = [line.strip() for line in (error or "").splitlines() if line.strip()]
+    if not lines:
+        return ""
+    return lines[-1] if lines[0].startswith("Traceback") else lines[0]
 
 
 def _compact(value: Any) -> str:

@@ -69,6 +69,8 @@ PAGE_SIZE: Final = 50
 BATCH: Final = 500
 # Queues the overview lists at most (read from the claim index, one by one).
 MAX_QUEUES: Final = 200
+# (queue, priority) pairs the oldest ready job is looked for in, at most.
+MAX_GROUPS: Final = 2000
 
 # Set on every connection the dashboard opens: no statement runs longer than
 # this, no lock is waited for long, and a session never idles in a
@@ -362,26 +364,50 @@ SELECT queue, kind, count(*) FROM (
 SELECT queue, kind, count(*) FROM (
     SELECT queue, kind FROM {table} WHERE status = 'dead' LIMIT %s) AS s
  GROUP BY 1, 2""")
-        # Each queue with pending jobs, found by a walk of the claim index
-        # (one probe per queue), and its pending jobs up to a cap.
-        self.pending_queues = render("""
+        # Pending jobs live in two partial indexes (migration 8): those
+        # without a limit key in the claim index, by (queue, priority,
+        # run_at, id); limited ones by (limit_key, priority, run_at, id).
+        # Each queue with unlimited pending jobs is found by a walk of the
+        # claim index (one probe per queue) and its jobs counted up to a
+        # cap; limited pending jobs are counted up to a cap, by queue.
+        unlimited = "status = 'pending' AND limit_key IS NULL"
+        self.pending_queues = render(f"""
 WITH RECURSIVE q AS (
-    (SELECT queue FROM {table} WHERE status = 'pending' ORDER BY queue LIMIT 1)
+    (SELECT queue FROM {{table}} WHERE {unlimited} ORDER BY queue LIMIT 1)
     UNION ALL
-    SELECT (SELECT t.queue FROM {table} AS t
-             WHERE t.status = 'pending' AND t.queue > q.queue ORDER BY t.queue LIMIT 1)
+    SELECT (SELECT t.queue FROM {{table}} AS t
+             WHERE t.{unlimited} AND t.queue > q.queue ORDER BY t.queue LIMIT 1)
       FROM q WHERE q.queue IS NOT NULL
 )
-SELECT q.queue, c.n FROM (SELECT queue FROM q WHERE queue IS NOT NULL LIMIT %(queues)s) AS q
+SELECT q.queue, false, c.n FROM (SELECT queue FROM q WHERE queue IS NOT NULL LIMIT %(queues)s) AS q
  CROSS JOIN LATERAL (
     SELECT count(*) AS n FROM (
-        SELECT 1 FROM {table} AS t WHERE t.status = 'pending' AND t.queue = q.queue
-         LIMIT %(cap)s) AS s) AS c""")
+        SELECT 1 FROM {{table}} AS t WHERE t.{unlimited} AND t.queue = q.queue
+         LIMIT %(cap)s) AS s) AS c
+UNION ALL
+SELECT queue, true, count(*) FROM (
+    SELECT queue FROM {{table}} WHERE status = 'pending' AND limit_key IS NOT NULL
+     LIMIT %(cap)s) AS l
+ GROUP BY queue""")
         self.pause_records = render("SELECT queue, paused FROM {queues} ORDER BY queue")
-        # The longest wait of a ready job: the first entry of the ready index.
-        self.oldest_ready = render(
-            "SELECT now() - min(run_at) FROM {table} WHERE status = 'pending' AND run_at <= now()"
-        )
+        # The longest wait of a ready job without a limit key: the first
+        # entry of each (queue, priority) of the claim index, found by a
+        # walk (one probe per pair).
+        self.oldest_ready = render(f"""
+WITH RECURSIVE g AS (
+    (SELECT queue, priority FROM {{table}} WHERE {unlimited} ORDER BY queue, priority LIMIT 1)
+    UNION ALL
+    SELECT n.queue, n.priority FROM g CROSS JOIN LATERAL (
+        SELECT t.queue, t.priority FROM {{table}} AS t
+         WHERE t.{unlimited} AND (t.queue, t.priority) > (g.queue, g.priority)
+         ORDER BY t.queue, t.priority LIMIT 1) AS n
+)
+SELECT now() - min(f.run_at) FROM (SELECT queue, priority FROM g LIMIT %s) AS g
+ CROSS JOIN LATERAL (
+    SELECT t.run_at FROM {{table}} AS t
+     WHERE t.{unlimited} AND t.queue = g.queue AND t.priority = g.priority
+     ORDER BY t.run_at LIMIT 1) AS f
+ WHERE f.run_at <= now()""")
         self.expired = render("""
 SELECT count(*) FROM (
     SELECT 1 FROM {table}
@@ -431,13 +457,9 @@ SELECT coalesce(array_agg(id ORDER BY id), '{{{{}}}}') FROM purged""")
             queues: dict[str, dict[JobStatus, Count]] = {}
 
             def add(queue: str, kind: str | None, status: JobStatus, count: Count) -> None:
-                group = groups.setdefault((queue, kind), {})
-                group[status] = count
-                per_queue = queues.setdefault(queue, {})
-                was = per_queue.get(status, Count(0))
-                per_queue[status] = Count(
-                    was.value + count.value, was.capped or count.capped, was.estimated
-                )
+                for counts in (groups.setdefault((queue, kind), {}), queues.setdefault(queue, {})):
+                    was = counts.get(status, Count(0))
+                    counts[status] = Count(was.value + count.value, was.capped or count.capped)
 
             totals: dict[JobStatus, Count]
             if exact:
@@ -461,8 +483,10 @@ SELECT coalesce(array_agg(id ORDER BY id), '{{{{}}}}') FROM purged""")
                     totals[status] = capped(total)
                 rows = yield Query(self.pending_queues, {"queues": MAX_QUEUES, "cap": CAP + 1})
                 pending_total = 0
-                for queue, n in rows:
-                    add(queue, None, JobStatus.PENDING, capped(n))
+                limited_total = sum(n for _, limited, n in rows if limited)
+                for queue, limited, n in rows:
+                    count = Count(n, capped=limited_total > CAP) if limited else capped(n)
+                    add(queue, None, JobStatus.PENDING, count)
                     pending_total += n
                 others = totals[JobStatus.RUNNING].value + totals[JobStatus.DEAD].value
                 if pending_total > CAP and reltuples > others:
@@ -484,7 +508,7 @@ SELECT coalesce(array_agg(id ORDER BY id), '{{{{}}}}') FROM purged""")
                 )
                 for name in names
             ]
-            ((oldest,),) = yield Query(self.oldest_ready)
+            ((oldest,),) = yield Query(self.oldest_ready, (MAX_GROUPS,))
             ((expired,),) = yield Query(self.expired, (visibility_timeout, CAP + 1))
             return Overview(
                 now=now,

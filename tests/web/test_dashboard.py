@@ -10,7 +10,9 @@ import pytest
 
 import pgqueue
 from pgqueue.core import dashboard as dashboard_core
+from pgqueue.core.dashboard import DashboardCore, JobFilter
 from pgqueue.core.events import ActionName, OperatorAction
+from pgqueue.core.plans import Query
 from pgqueue.core.schedules import validate_schedule
 from pgqueue.web import Dashboard
 
@@ -285,3 +287,18 @@ def test_redirect_after_an_action_stays_on_the_dashboard(
     operator.text("/dead")
     response = operator.post("/actions/retry", {"id": job_id, "next": "//evil.example/x"})
     assert response.headers["location"].startswith("/?done=retried")
+
+
+def test_dead_jobs_are_found_through_their_index(queue: pgqueue.Queue, raw: Raw) -> None:
+    core = DashboardCore(queue.table)
+    steps = [
+        next(core.count_dead(JobFilter()).plan),
+        next(core.jobs(JobFilter(status=pgqueue.JobStatus.DEAD)).plan),
+        Query(core.dead_groups, (10,)),  # the overview's count of dead jobs
+    ]
+    raw.conn.execute("SET enable_seqscan = off")  # a tiny table: can the index serve?
+    for step in steps:
+        assert isinstance(step, Query)
+        query, params = step.query, step.params
+        plan = raw.conn.execute(b"EXPLAIN " + query, params).fetchall()
+        assert f"{queue.table}_dead" in str(plan), plan

@@ -344,11 +344,13 @@ class DashboardCore:
         self._render = render
         # The table holds fewer than %s rows? A scan that stops there.
         self.sized = render("SELECT count(*) FROM (SELECT 1 FROM {table} LIMIT %s) AS s")
+        # The clock, the planner's estimate of the table's rows, and the
+        # table's cumulative counters of rows inserted and deleted (what
+        # pg_stat_user_tables shows as n_tup_ins and n_tup_del), for the
+        # throughput chart: catalog reads.
         self.reltuples = (
-            b"SELECT now(), greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = %s::regclass"
-        )
-        self.counters = (
-            b"SELECT n_tup_ins, n_tup_del FROM pg_stat_user_tables WHERE relid = %s::regclass"
+            b"SELECT now(), greatest(reltuples, 0)::bigint, pg_stat_get_tuples_inserted(oid),"
+            b" pg_stat_get_tuples_deleted(oid) FROM pg_class WHERE oid = %s::regclass"
         )
         # Exact counts: only when `sized` found a small table.
         self.groups = render(
@@ -448,11 +450,12 @@ SELECT coalesce(array_agg(id ORDER BY id), '{{{{}}}}') FROM purged""")
         """The overview's numbers: exact on a small table, capped or estimated on a large one."""
 
         def plan() -> Plan[Overview]:
-            ((now, reltuples),) = yield Query(self.reltuples, (self.regclass,))
-            ((size,),) = yield Query(self.sized, (EXACT_ROWS + 1,))
+            ((now, reltuples, inserted, deleted),) = yield Query(self.reltuples, (self.regclass,))
+            size = reltuples
+            if reltuples < 4 * EXACT_ROWS:
+                # Small, or its statistics are stale: look (a scan that stops early).
+                ((size,),) = yield Query(self.sized, (EXACT_ROWS + 1,))
             exact = size <= EXACT_ROWS
-            counters = yield Query(self.counters, (self.regclass,))
-            inserted, deleted = counters[0] if counters else (None, None)
             groups: dict[tuple[str, str | None], dict[JobStatus, Count]] = {}
             queues: dict[str, dict[JobStatus, Count]] = {}
 

@@ -633,3 +633,46 @@ async def test_an_upgrade_grants_the_new_tables_to_the_roles_of_the_queue_table(
     finally:
         raw.conn.execute(sql.SQL("DROP OWNED BY {role}").format(**names))
         raw.conn.execute(sql.SQL("DROP ROLE {role}").format(**names))
+
+
+# -- migration 9: the dead jobs' index ----------------------------------------------
+
+
+def dead_index(raw: Raw, table: str) -> int | None:
+    """The oid of the dead jobs' index (migration 9), or None."""
+    return raw.one("SELECT to_regclass(%s)::oid", f"{table}_dead")
+
+
+async def test_a_table_at_version_8_gains_the_dead_index_in_place(
+    dsn: str, table: str, backend: str, raw: Raw
+) -> None:
+    async with open_queue(backend, dsn, table=table) as q:
+        await q.install()
+        job_id = await q.enqueue("a", max_attempts=1)
+        [job] = await q.claim(1, worker="w")
+        await q.fail(job, "boom")
+        raw.rows(f"DROP INDEX {table}_dead")
+        raw.rows("DELETE FROM pgqueue_schema WHERE queue_table = %s AND version > 8", table)
+        rows = raw.rows("SELECT * FROM {table} ORDER BY id")
+
+        assert await q.install() == ALL_VERSIONS[8:]
+        assert raw.rows("SELECT * FROM {table} ORDER BY id") == rows
+        assert dead_index(raw, table) is not None
+        raw.rows("SET enable_seqscan = off")
+        plan = raw.rows("EXPLAIN SELECT id FROM {table} WHERE status = 'dead' ORDER BY id")
+        assert f"{table}_dead" in str(plan)
+        assert await q.retry([job_id]) == 1
+
+
+async def test_a_dead_index_built_concurrently_beforehand_is_kept(
+    dsn: str, table: str, backend: str, raw: Raw
+) -> None:
+    async with open_queue(backend, dsn, table=table) as q:
+        await q.install()
+        raw.rows(f"DROP INDEX {table}_dead")
+        raw.rows("DELETE FROM pgqueue_schema WHERE queue_table = %s AND version > 8", table)
+        raw.rows(f"CREATE INDEX CONCURRENTLY {table}_dead ON {{table}} (id) WHERE status = 'dead'")
+        built = dead_index(raw, table)
+
+        assert await q.install() == ALL_VERSIONS[8:]
+        assert dead_index(raw, table) == built

@@ -71,7 +71,14 @@ def work(dsn: str, table: str, done: Synchronized[int], stop: Event) -> None:
         worker.run()
 
 
-def watch(dsn: str, table: str, on: Event, stop: Event, loads: Synchronized[int]) -> None:
+def watch(
+    dsn: str,
+    table: str,
+    on: Event,
+    stop: Event,
+    loads: Synchronized[int],
+    busy: Synchronized[float],
+) -> None:
     from werkzeug.test import Client
 
     from pgqueue.web import Dashboard
@@ -83,11 +90,13 @@ def watch(dsn: str, table: str, on: Event, stop: Event, loads: Synchronized[int]
                 continue
             tick = time.monotonic()
             for path in ("/", "/dead"):
+                started = time.perf_counter()
                 response = client.get(path)
                 if response.status_code != 200:
                     raise RuntimeError(f"{path}: {response.status_code} {response.get_data()!r}")
                 with loads.get_lock():
                     loads.value += 1
+                    busy.value += time.perf_counter() - started
             stop.wait(max(0.0, 1.0 - (time.monotonic() - tick)))
 
 
@@ -108,9 +117,10 @@ def main() -> None:
               f"in {time.monotonic() - started:.0f} s")  # fmt: skip
         done = ctx.Value("q", 0)
         loads = ctx.Value("q", 0)
+        busy = ctx.Value("d", 0.0)  # seconds spent loading pages
         stop, on = ctx.Event(), ctx.Event()
         worker = ctx.Process(target=work, args=(dsn, table, done, stop))
-        watcher = ctx.Process(target=watch, args=(dsn, table, on, stop, loads))
+        watcher = ctx.Process(target=watch, args=(dsn, table, on, stop, loads, busy))
         worker.start()
         watcher.start()
         try:
@@ -128,13 +138,16 @@ def main() -> None:
                     break
                 (on.set if watched else on.clear)()
                 time.sleep(1.0)  # a page load under way when the dashboard went off ends
-                before, t0, pages0 = done.value, time.monotonic(), loads.value
+                before, t0, pages0, busy0 = done.value, time.monotonic(), loads.value, busy.value
                 time.sleep(args.window)
                 rate = (done.value - before) / (time.monotonic() - t0)
                 rates[watched].append(rate)
                 pages = loads.value - pages0
-                print(f"window {i + 1:2}: dashboard {'on ' if watched else 'off'} "
-                      f"{rate:8.0f} jobs/s  ({pages} pages loaded)", flush=True)  # fmt: skip
+                spent = (busy.value - busy0) / (time.monotonic() - t0)
+                state = "on " if watched else "off"
+                line = f"window {i + 1:2}: dashboard {state} {rate:8.0f} jobs/s  ({pages} pages "
+                line += f"loaded, {1000 * spent:.0f} ms a second spent loading them)"
+                print(line, flush=True)
         finally:
             stop.set()
             on.set()

@@ -90,7 +90,9 @@ def run_dashboard(args: argparse.Namespace) -> int:
     from ..web.http import asgi_app
     from ..web.standalone import login, token_authorize
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    # The dashboard's actions at INFO; the embedded server's chatter, not.
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    log.setLevel(logging.INFO)
     with dsn_or_embedded(args.dsn) as dsn:
         if not args.dsn:
             with Queue(dsn, table=args.table) as q:

@@ -33,7 +33,9 @@ CHROMIUM_ARGS = [
 ]
 
 
-@pytest.fixture(scope="session")
+# Per module: Playwright's sync API runs an event loop of its own on this
+# thread while it is started, and the async tests of other modules need it gone.
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     if not (os.path.exists(CHROMIUM) or shutil.which(CHROMIUM)):
         pytest.fail(

@@ -111,59 +111,68 @@ def main() -> None:
     table = f"bench_dash_{uuid.uuid4().hex[:8]}"
     ctx = mp.get_context("spawn")
     with dsn_or_embedded(args.dsn) as dsn:
-        started = time.monotonic()
-        fill(dsn, table, args.jobs, args.dead)
-        print(f"filled {args.jobs:,} ready and {args.dead:,} dead jobs "
-              f"in {time.monotonic() - started:.0f} s")  # fmt: skip
-        done = ctx.Value("q", 0)
-        loads = ctx.Value("q", 0)
-        busy = ctx.Value("d", 0.0)  # seconds spent loading pages
-        stop, on = ctx.Event(), ctx.Event()
-        worker = ctx.Process(target=work, args=(dsn, table, done, stop))
-        watcher = ctx.Process(target=watch, args=(dsn, table, on, stop, loads, busy))
-        worker.start()
-        watcher.start()
         try:
-            time.sleep(args.window)  # warm-up: connections, caches
-            rates: dict[bool, list[float]] = {False: [], True: []}
-            for i in range(2 * args.pairs):
-                # off, on, on, off, off, on ...: a drift in the drain rate over
-                # the run (the table shrinks, autovacuum comes and goes) falls
-                # on both kinds of window alike.
-                watched = i % 4 in (1, 2)
-                left = args.jobs - done.value
-                last = max(rates[True] + rates[False], default=0.0)
-                if not watched and left < 2.5 * last * args.window:
-                    print("stopping early: the backlog would run out within the next pair")
-                    break
-                (on.set if watched else on.clear)()
-                time.sleep(1.0)  # a page load under way when the dashboard went off ends
-                before, t0, pages0, busy0 = done.value, time.monotonic(), loads.value, busy.value
-                time.sleep(args.window)
-                rate = (done.value - before) / (time.monotonic() - t0)
-                rates[watched].append(rate)
-                pages = loads.value - pages0
-                spent = (busy.value - busy0) / (time.monotonic() - t0)
-                state = "on " if watched else "off"
-                line = f"window {i + 1:2}: dashboard {state} {rate:8.0f} jobs/s  ({pages} pages "
-                line += f"loaded, {1000 * spent:.0f} ms a second spent loading them)"
-                print(line, flush=True)
+            started = time.monotonic()
+            fill(dsn, table, args.jobs, args.dead)
+            print(f"filled {args.jobs:,} ready and {args.dead:,} dead jobs "
+                  f"in {time.monotonic() - started:.0f} s")  # fmt: skip
+            done = ctx.Value("q", 0)
+            loads = ctx.Value("q", 0)
+            busy = ctx.Value("d", 0.0)  # seconds spent loading pages
+            stop, on = ctx.Event(), ctx.Event()
+            worker = ctx.Process(target=work, args=(dsn, table, done, stop))
+            watcher = ctx.Process(target=watch, args=(dsn, table, on, stop, loads, busy))
+            worker.start()
+            watcher.start()
+            try:
+                time.sleep(args.window)  # warm-up: connections, caches
+                rates: dict[bool, list[float]] = {False: [], True: []}
+                for i in range(2 * args.pairs):
+                    # off, on, on, off, off, on ...: a drift in the drain rate over
+                    # the run (the table shrinks, autovacuum comes and goes) falls
+                    # on both kinds of window alike.
+                    watched = i % 4 in (1, 2)
+                    left = args.jobs - done.value
+                    last = max(rates[True] + rates[False], default=0.0)
+                    if not watched and left < 2.5 * last * args.window:
+                        print("stopping early: the backlog would run out within the next pair")
+                        break
+                    (on.set if watched else on.clear)()
+                    time.sleep(1.0)  # a page load under way when the dashboard went off ends
+                    before, t0, pages0, busy0 = (
+                        done.value,
+                        time.monotonic(),
+                        loads.value,
+                        busy.value,
+                    )
+                    time.sleep(args.window)
+                    rate = (done.value - before) / (time.monotonic() - t0)
+                    rates[watched].append(rate)
+                    pages = loads.value - pages0
+                    spent = (busy.value - busy0) / (time.monotonic() - t0)
+                    state = "on " if watched else "off"
+                    line = (
+                        f"window {i + 1:2}: dashboard {state} {rate:8.0f} jobs/s  ({pages} pages "
+                    )
+                    line += f"loaded, {1000 * spent:.0f} ms a second spent loading them)"
+                    print(line, flush=True)
+            finally:
+                stop.set()
+                on.set()
+                worker.join(60)
+                watcher.join(60)
+            quiet, watched_ = statistics.median(rates[False]), statistics.median(rates[True])
+            print(f"median drain: {quiet:.0f} jobs/s without the dashboard, {watched_:.0f} jobs/s "
+                  f"with it: {100 * (watched_ / quiet - 1):+.1f}%")  # fmt: skip
+            # Each window with the dashboard beside the window without it next to it.
+            ratios = [on / off for on, off in zip(rates[True], rates[False], strict=False) if off]
+            if ratios:
+                print(f"median of the {len(ratios)} neighbouring pairs' ratios: "
+                      f"{100 * (statistics.median(ratios) - 1):+.1f}%")  # fmt: skip
+            print(f"jobs left: {args.jobs - done.value:,}")
         finally:
-            stop.set()
-            on.set()
-            worker.join(60)
-            watcher.join(60)
-        quiet, watched_ = statistics.median(rates[False]), statistics.median(rates[True])
-        print(f"median drain: {quiet:.0f} jobs/s without the dashboard, {watched_:.0f} jobs/s "
-              f"with it: {100 * (watched_ / quiet - 1):+.1f}%")  # fmt: skip
-        # Each window with the dashboard beside the window without it next to it.
-        ratios = [on / off for on, off in zip(rates[True], rates[False], strict=False) if off]
-        if ratios:
-            print(f"median of the {len(ratios)} neighbouring pairs' ratios: "
-                  f"{100 * (statistics.median(ratios) - 1):+.1f}%")  # fmt: skip
-        print(f"jobs left: {args.jobs - done.value:,}")
-        with pgqueue.Queue(dsn, table=table) as q:
-            q.uninstall()
+            with pgqueue.Queue(dsn, table=table) as q:
+                q.uninstall()
 
 
 if __name__ == "__main__":

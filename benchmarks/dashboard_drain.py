@@ -165,7 +165,7 @@ def main() -> None:
             print(f"median drain: {quiet:.0f} jobs/s without the dashboard, {watched_:.0f} jobs/s "
                   f"with it: {100 * (watched_ / quiet - 1):+.1f}%")  # fmt: skip
             # Each window with the dashboard beside the window without it next to it.
-            ratios = [on / off for on, off in zip(rates[True], rates[False], strict=False) if off]
+            ratios = [a / b for a, b in zip(rates[True], rates[False], strict=False) if b]
             if ratios:
                 print(f"median of the {len(ratios)} neighbouring pairs' ratios: "
                       f"{100 * (statistics.median(ratios) - 1):+.1f}%")  # fmt: skip

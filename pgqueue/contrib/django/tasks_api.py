@@ -16,22 +16,22 @@ if TYPE_CHECKING:
     from django.tasks.signals import task_enqueued, task_finished, task_started
 else:
     try:
-        from django.tasks import Task, TaskContext, TaskResult, TaskResultStatus, task_backends
+        from django.tasks import task_backends
         from django.tasks.backends.base import BaseTaskBackend
-        from django.tasks.base import TaskError
+        from django.tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
         from django.tasks.exceptions import TaskResultDoesNotExist
         from django.tasks.signals import task_enqueued, task_finished, task_started
     except ImportError:
         try:
-            from django_tasks import (
+            from django_tasks import task_backends
+            from django_tasks.backends.base import BaseTaskBackend
+            from django_tasks.base import (
                 Task,
                 TaskContext,
+                TaskError,
                 TaskResult,
                 TaskResultStatus,
-                task_backends,
             )
-            from django_tasks.backends.base import BaseTaskBackend
-            from django_tasks.base import TaskError
             from django_tasks.exceptions import TaskResultDoesNotExist
             from django_tasks.signals import task_enqueued, task_finished, task_started
         except ImportError as exc:

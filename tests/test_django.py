@@ -285,6 +285,23 @@ def test_failed_task_result_is_failed_with_its_exception(db: psycopg.Connection[
         _ = failed.return_value
 
 
+def test_failed_attempt_to_be_retried_is_ready_with_its_error(
+    db: psycopg.Connection[Any],
+) -> None:
+    from tests.django_project.shop.tasks import reserve
+
+    result = reserve.using(backend="retrying").enqueue("kettle")
+    drain()  # the retry waits for its backoff: not ready, so the drain ends
+
+    again = reserve.get_result(result.id)
+    assert again.status == "READY"
+    assert again.backend == "retrying" and again.task.backend == "retrying"
+    assert again.attempts == 1
+    (error,) = again.errors
+    assert error.exception_class_path == "tests.django_project.shop.tasks.OutOfStock"
+    assert db.execute(f"SELECT attempts, max_attempts FROM {TABLE}").fetchall() == [(1, 3)]
+
+
 def test_task_with_context_sees_its_result_id_and_attempt(db: psycopg.Connection[Any]) -> None:
     from tests.django_project.shop.tasks import whoami
 

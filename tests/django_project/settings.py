@@ -43,4 +43,8 @@ TASKS = {
         "QUEUES": ["default", "emails"],
         "OPTIONS": {"MAX_ATTEMPTS": 1},
     },
+    "retrying": {
+        "BACKEND": "pgqueue.contrib.django.backend.PgQueueBackend",
+        "OPTIONS": {"MAX_ATTEMPTS": 3, "RESULT_TTL": 3600},
+    },
 }

@@ -200,8 +200,13 @@ class PgQueueBackend(BaseTaskBackend):
     def _task(self, call: TaskCall, queue_name: str, priority: int) -> Task[Any, Any]:
         task = resolve_task(call.path)
         try:
-            return task.using(queue_name=queue_name, priority=priority, run_after=call.run_after)
-        except Exception:  # the settings changed since: the task as declared
+            return task.using(
+                queue_name=queue_name,
+                priority=priority,
+                run_after=call.run_after,
+                backend=call.backend,
+            )
+        except Exception:  # the settings changed since it was enqueued: the task as declared
             return task
 
     def _from_job(self, job: Job, kept: JobResult | None) -> TaskResult[Any, Any]:
@@ -220,7 +225,7 @@ class PgQueueBackend(BaseTaskBackend):
             finished_at=kept.finished_at if kept else None,
             args=call.args,
             kwargs=call.kwargs,
-            backend=self.alias,
+            backend=call.backend,
             errors=[task_error(job.last_error)] if job.last_error else [],
             worker_ids=worker_ids(job.attempts, job.locked_by),
         )
@@ -236,7 +241,7 @@ class PgQueueBackend(BaseTaskBackend):
             finished_at=kept.finished_at,
             args=record.call.args,
             kwargs=record.call.kwargs,
-            backend=self.alias,
+            backend=record.call.backend,
             errors=[],
             worker_ids=record.worker_ids,
         )

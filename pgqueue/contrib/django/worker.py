@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
+from django.db import close_old_connections
 from django.utils.module_loading import autodiscover_modules, import_string
 
 from ...sync.worker import Worker
 from . import get_queue, get_settings, registered_handlers
 
-__all__ = ["build_worker", "project_handlers"]
+__all__ = ["build_worker", "project_handlers", "with_fresh_connections"]
 
 HANDLER_MODULE = "jobs"
 """The module of each installed app that is imported for its `handler` declarations."""
@@ -32,8 +34,23 @@ def project_handlers() -> dict[str, Callable[..., Any]]:
         except ImportError as exc:
             raise ImproperlyConfigured(f"PGQUEUE['HANDLERS'][{kind!r}]: {exc}") from exc
     found.update(registered_handlers())
-    found.update(_task_handlers())
-    return found
+    plain = {kind: with_fresh_connections(fn) for kind, fn in found.items()}
+    return {**plain, **_task_handlers()}
+
+
+def with_fresh_connections(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn``, with Django's stale database connections closed before and after
+    each call, as Django does around a request (``CONN_MAX_AGE``, broken ones)."""
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        close_old_connections()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            close_old_connections()
+
+    return call
 
 
 def _task_handlers() -> dict[str, Callable[..., Any]]:

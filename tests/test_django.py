@@ -120,6 +120,15 @@ def test_committed_atomic_block_leaves_its_job(db: psycopg.Connection[Any]) -> N
     assert pgq.get_queue().get(job_id) is not None
 
 
+def test_enqueue_opens_no_pool_of_its_own(db: psycopg.Connection[Any]) -> None:
+    from pgqueue.contrib import django as pgq
+
+    pgq.close_queue()
+    pgq.enqueue("print_label", {"order_id": 1})
+    assert pgq.get_queue()._driver.pool.closed  # Django's connection carried the job
+    assert len(jobs(db)) == 1
+
+
 def test_enqueue_many_and_cancel_follow_the_atomic_block(db: psycopg.Connection[Any]) -> None:
     from django.db import transaction
 

@@ -1057,7 +1057,8 @@ SELECT (SELECT count(*) FROM limit_row), (SELECT count(*) FROM added),
             """
 WITH rate_row AS (
     INSERT INTO {limits} AS m (limit_key, max_running, per_second, burst, tokens, refilled_at)
-    VALUES (%(key)s, NULL, %(per_second)s, %(burst)s, %(burst)s, now())
+    VALUES (%(key)s, NULL, %(per_second)s::double precision, %(burst)s::integer,
+            %(burst)s::integer, now())
     ON CONFLICT (limit_key) DO UPDATE
        SET per_second = EXCLUDED.per_second, burst = EXCLUDED.burst,
            tokens = CASE WHEN m.per_second IS NULL OR EXCLUDED.per_second IS NULL

@@ -82,6 +82,10 @@ def test_quickstart_runs_and_drains_its_jobs(dsn: str, example_table: str, flavo
 # -- Flask: the app enqueues in its transaction, the worker sends receipts once -------------
 
 FLASK_WORKERS = {
+    "flask pgqueue worker": [
+        *("-m", "flask", "--app", "examples/flask_app.py"),
+        *("pgqueue", "worker", "--until-empty"),
+    ],
     "pgqueue worker": ["-m", "pgqueue", "worker", "examples.flask_worker:worker", "--until-empty"],
     "python flask_worker.py": [str(EXAMPLES / "flask_worker.py"), "--until-empty"],
 }

@@ -17,6 +17,7 @@ app that writes its own lifespan. See docs/frameworks.md.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
@@ -28,6 +29,8 @@ from ..aio.queue import AsyncQueue
 from ..aio.worker import AsyncWorker
 
 __all__ = ["STATE_KEY", "get_queue", "lifespan", "running"]
+
+log = logging.getLogger("pgqueue.worker")
 
 STATE_KEY = "pgqueue"
 """The key of the queue in the lifespan state (``request.state.pgqueue``)."""
@@ -54,7 +57,9 @@ async def running(
     not started, and waits up to its ``grace_period`` for running ones. If
     the block raises, the worker is cancelled instead: its running jobs
     come back through their leases. The queue is closed last (a pool you
-    gave it stays open).
+    gave it stays open). Should the worker itself raise, the error is
+    logged (``pgqueue.worker``, ERROR) and the block goes on without it:
+    the app keeps serving and enqueueing.
     """
     if worker is not None and worker.queue is not queue:
         raise ValueError("the worker must be built on the queue it runs with: AsyncWorker(queue)")
@@ -76,7 +81,12 @@ async def running(
 
 
 async def _serve(worker: AsyncWorker) -> None:
-    await worker.run(handle_signals=False)
+    try:
+        await worker.run(handle_signals=False)
+    except Exception:
+        # A bug (the worker retries database errors, and a handler's error fails
+        # its job): the app and its queue keep serving, the jobs wait for a worker.
+        log.exception("worker %s failed; the app keeps serving without it", worker.name)
 
 
 def lifespan(

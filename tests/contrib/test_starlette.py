@@ -105,3 +105,26 @@ async def test_a_worker_of_another_queue_is_refused(dsn: str, table: str) -> Non
     with pytest.raises(ValueError, match="built on the queue"):
         async with running(queue, worker=other):
             pass  # pragma: no cover - never reached
+
+
+class BrokenWorker(pgqueue.AsyncWorker):
+    """A worker with a bug: its run raises."""
+
+    async def run(self, *, until_empty: bool = False, handle_signals: bool | None = None) -> None:
+        raise RuntimeError("a bug in the worker")
+
+
+@pytest.mark.anyio
+async def test_a_failing_worker_is_logged_and_the_queue_keeps_serving(
+    dsn: str, table: str, raw: Raw, caplog: pytest.LogCaptureFixture
+) -> None:
+    queue = pgqueue.AsyncQueue(dsn, table=table)
+    worker = BrokenWorker(queue)
+    async with running(queue, worker=worker, install=True):
+        await anyio.wait_all_tasks_blocked()  # the worker's task has run, and failed
+        job_id = await queue.enqueue("send_receipt")
+    assert raw.count("id = %s", job_id) == 1
+    [record] = [r for r in caplog.records if r.name == "pgqueue.worker"]
+    assert record.levelname == "ERROR"
+    assert "the app keeps serving without it" in record.getMessage()
+    assert record.exc_info is not None and "a bug in the worker" in str(record.exc_info[1])

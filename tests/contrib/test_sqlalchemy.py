@@ -124,6 +124,19 @@ def test_enqueue_many_joins_the_session(
     assert sorted(r[0] for r in raw.rows("SELECT id FROM {table}")) == sorted(ids)
 
 
+def test_a_job_enqueued_in_a_nested_transaction_rolls_back_with_its_savepoint(
+    engine: Engine, queue: pgqueue.Queue, orders: str, raw: Raw
+) -> None:
+    with Session(engine) as session, session.begin():
+        kept = queue.enqueue("send_receipt", {"n": 1}, conn=psycopg_connection(session))
+        nested = session.begin_nested()
+        session.execute(insert(orders, "kettle"))
+        queue.enqueue("send_receipt", {"n": 2}, conn=psycopg_connection(session))
+        nested.rollback()
+    assert [r[0] for r in raw.rows("SELECT id FROM {table}")] == [kept]
+    assert raw.rows(f'SELECT item FROM "{orders}"') == []
+
+
 def test_an_engine_that_is_not_psycopg_is_refused_before_anything_is_written(
     queue: pgqueue.Queue, raw: Raw
 ) -> None:

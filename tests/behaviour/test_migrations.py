@@ -514,6 +514,48 @@ async def test_an_unlimited_index_built_otherwise_is_refused(
     assert index_oid(raw, f"{table}_claim") is not None  # nothing changed
 
 
+# -- migration 9: the trace context ----------------------------------------------
+
+
+async def test_a_table_at_version_8_with_jobs_gains_the_trace_context_in_place(
+    dsn: str, table: str, backend: str, raw: Raw, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with monkeypatch.context() as patch:
+        patch.setattr(migrations, "MIGRATIONS", MIGRATIONS[:8])
+        assert run_on(raw.conn, QueueCore(table).install()) == ALL_VERSIONS[:8]
+    # Rows as pgqueue 8 wrote them: waiting, running (its worker gone), dead.
+    raw.rows(
+        """
+INSERT INTO {table} (kind, payload, status, attempts, locked_at, locked_by, last_error)
+VALUES ('mail', '1', 'pending', 0, NULL, NULL, NULL),
+       ('mail', '2', 'running', 1, now() - interval '1 hour', 'old-worker', NULL),
+       ('mail', '3', 'dead', 3, NULL, NULL, 'gave up')"""
+    )
+    ids = {r[1]: r[0] for r in raw.rows("SELECT id, payload FROM {table}")}
+    before = raw.rows("SELECT * FROM {table} ORDER BY id")
+    file = filenode(raw, table)
+
+    handled: list[tuple[int, str | None]] = []
+    async with open_queue(backend, dsn, table=table) as q:
+        assert await q.schema_version() == 8
+        assert await q.install() == [9]
+        assert await q.schema_version() == LATEST_VERSION
+        # In place: no row rewritten, each one as it was, with no trace context.
+        assert filenode(raw, table) == file
+        assert raw.rows("SELECT * FROM {table} ORDER BY id") == [(*r, None) for r in before]
+
+        assert await q.reap(timedelta(minutes=5)) == [ids[2]]
+        assert await q.retry([ids[3]]) == 1
+
+        def handle(job: pgqueue.Job) -> None:
+            handled.append((job.payload, job.trace_context))
+
+        await WorkerUnderTest(backend, q, {"mail": handle}).run(until_empty=True)
+
+    assert sorted(handled) == [(1, None), (2, None), (3, None)]
+    assert raw.count() == 0
+
+
 # -- history --------------------------------------------------------------------
 
 

@@ -84,4 +84,33 @@ def test_no_tracer_is_set_until_instrument_and_none_after_uninstrument() -> None
 
 
 def test_tracing_doctests() -> None:
-    assert doctest.testmod(tracing, raise_on_error=True).attempted > 0
+    import pgqueue.otel
+
+    for module in (tracing, pgqueue.otel):
+        assert doctest.testmod(module, raise_on_error=True).attempted > 0
+
+
+def test_a_stored_traceparent_is_read_as_w3c_trace_context_says() -> None:
+    from pgqueue.otel import stored_context
+
+    trace_id, span_id = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    context = stored_context(f"00-{trace_id}-{span_id}-01")
+    assert context is not None and context.is_remote
+    assert (context.trace_id, context.span_id) == (int(trace_id, 16), int(span_id, 16))
+    assert context.trace_flags.sampled
+    unsampled = stored_context(f"00-{trace_id}-{span_id}-00")
+    assert unsampled is not None and not unsampled.trace_flags.sampled
+    # A later version may append fields; version 00 may not.
+    assert stored_context(f"01-{trace_id}-{span_id}-01-more") is not None
+    for refused in (
+        None,
+        "",
+        f"00-{trace_id}-{span_id}-01-more",
+        f"ff-{trace_id}-{span_id}-01",
+        f"00-{'0' * 32}-{span_id}-01",
+        f"00-{trace_id}-{'0' * 16}-01",
+        f"00-{trace_id.upper()}-{span_id}-01",
+        f"00-{trace_id}-{span_id}",
+        "not a traceparent",
+    ):
+        assert stored_context(refused) is None, refused

@@ -625,6 +625,13 @@ CREATE TABLE IF NOT EXISTS {limit_slots} (
     yield from _grant_like_queue_table(n, n.results, n.limits, n.limit_slots)
 
 
+def _trace_context(n: SchemaNames) -> Plan[None]:
+    # The W3C traceparent of the span that enqueued a job (docs/tracing.md),
+    # NULL for jobs enqueued while tracing is off. No default: adding it is a
+    # change to the catalog only, and a NULL takes no room in a row.
+    yield Query(n.render("ALTER TABLE {table} ADD COLUMN IF NOT EXISTS trace_context text"))
+
+
 MIGRATIONS: Final[tuple[Migration, ...]] = (
     Migration(1, "queue table and its partial ready index", _table_and_ready_index),
     Migration(2, "checks on status and attempts, a default payload", _constraints),
@@ -638,6 +645,7 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
         _queues_priorities_unique_schedules,
     ),
     Migration(8, "cancellation, results and limits", _cancel_results_limits),
+    Migration(9, "the trace context of each job, for tracing", _trace_context),
 )
 LATEST_VERSION: Final = MIGRATIONS[-1].version
 

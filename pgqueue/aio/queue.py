@@ -169,7 +169,8 @@ class AsyncQueue:
             result_ttl=result_ttl,
             limit_key=limit_key,
         )
-        return await self._driver.run(op, conn)
+        with op.trace:  # a span, when tracing is on (docs/tracing.md)
+            return await self._driver.run(op, conn)
 
     async def enqueue_many(
         self,
@@ -182,7 +183,9 @@ class AsyncQueue:
         Every spec is validated before anything is written. Large batches
         are written with ``COPY``; one notification is sent per kind.
         """
-        return await self._driver.run(self.core.enqueue_many(specs), conn)
+        op = self.core.enqueue_many(specs)
+        with op.trace:  # one span for the batch, when tracing is on
+            return await self._driver.run(op, conn)
 
     async def claim(
         self,

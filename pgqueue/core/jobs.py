@@ -120,6 +120,8 @@ class Job:
     """The concurrency limit it counts against (`set_limit`), or None."""
     cancel_requested: bool = False
     """Whether `cancel` asked for this job to stop (as read when it was fetched)."""
+    trace_context: str | None = None
+    """The W3C ``traceparent`` of the span that enqueued it, or None (see docs/tracing.md)."""
 
     @property
     def orphaned(self) -> bool:
@@ -153,6 +155,7 @@ class Job:
             result_ttl=_seconds(row["result_ttl"]),
             limit_key=row["limit_key"],
             cancel_requested=row["cancel_requested"],
+            trace_context=row["trace_context"],
         )
 
     @classmethod
@@ -160,7 +163,7 @@ class Job:
         """Build a job from a row in the order of `pgqueue.core.sql.JOB_COLUMNS`."""
         (id_, kind, payload, attempts, max_attempts, status, run_at, last_error, locked_by,
          locked_at, created_at, queue, priority, unique_key, result_ttl, limit_key,
-         cancel_requested) = row  # fmt: skip
+         cancel_requested, trace_context) = row  # fmt: skip
         return cls(
             id=id_,
             kind=kind,
@@ -179,6 +182,7 @@ class Job:
             result_ttl=_seconds(result_ttl),
             limit_key=limit_key,
             cancel_requested=cancel_requested,
+            trace_context=trace_context,
         )
 
 

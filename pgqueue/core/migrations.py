@@ -625,6 +625,13 @@ CREATE TABLE IF NOT EXISTS {limit_slots} (
     yield from _grant_like_queue_table(n, n.results, n.limits, n.limit_slots)
 
 
+def _trace_context(n: SchemaNames) -> Plan[None]:
+    # The W3C traceparent of the span that enqueued a job (docs/tracing.md),
+    # NULL for jobs enqueued while tracing is off. No default: adding it is a
+    # change to the catalog only, and a NULL takes no room in a row.
+    yield Query(n.render("ALTER TABLE {table} ADD COLUMN IF NOT EXISTS trace_context text"))
+
+
 def _rate_limits(n: SchemaNames) -> Plan[None]:
     # Rate limits (docs/limits.md): a token bucket per key, beside its
     # concurrency limit, in the same row. A key may have a rate and no
@@ -654,7 +661,8 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
         _queues_priorities_unique_schedules,
     ),
     Migration(8, "cancellation, results and limits", _cancel_results_limits),
-    Migration(9, "rate limits", _rate_limits),
+    Migration(9, "the trace context of each job, for tracing", _trace_context),
+    Migration(10, "rate limits", _rate_limits),
 )
 LATEST_VERSION: Final = MIGRATIONS[-1].version
 

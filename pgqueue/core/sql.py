@@ -51,6 +51,7 @@ JOB_COLUMNS: Final = (
     "result_ttl",
     "limit_key",
     "cancel_requested",
+    "trace_context",
 )
 # Columns read as an expression (`Job` takes plain values): the rest are read as they are.
 _READ_AS: Final = {
@@ -212,10 +213,11 @@ class Statements:
             """
 WITH job AS (
     INSERT INTO {table} (kind, payload, run_at, max_attempts, queue, priority, result_ttl,
-                         limit_key)
+                         limit_key, trace_context)
     VALUES (%(kind)s, %(payload)s::jsonb,
             COALESCE(%(run_at)s::timestamptz, now() + %(delay)s::interval), %(max_attempts)s,
-            %(queue)s, %(priority)s, %(result_ttl)s::interval, %(limit_key)s)
+            %(queue)s, %(priority)s, %(result_ttl)s::interval, %(limit_key)s,
+            %(trace_context)s)
     RETURNING id, kind
 )
 SELECT id, pg_notify(%(channel)s, kind)::text FROM job""",
@@ -230,17 +232,19 @@ SELECT id, pg_notify(%(channel)s, kind)::text FROM job""",
         unique_insert = """
 WITH job AS (
     INSERT INTO {table} (kind, payload, run_at, max_attempts, queue, priority,
-                         unique_key, unique_scope, result_ttl, limit_key)
+                         unique_key, unique_scope, result_ttl, limit_key, trace_context)
     VALUES (%(kind)s, %(payload)s::jsonb,
             COALESCE(%(run_at)s::timestamptz, now() + %(delay)s::interval), %(max_attempts)s,
             %(queue)s, %(priority)s, %(unique_key)s, {scope}, %(result_ttl)s::interval,
-            %(limit_key)s)
+            %(limit_key)s, %(trace_context)s)
     ON CONFLICT (unique_key) WHERE {predicate} {action}
     RETURNING id, kind
 )
 SELECT id, pg_notify(%(channel)s, kind)::text FROM job"""
-        # "replace" changes what the waiting job will do and when, not a started one.
-        replace = """DO UPDATE SET payload = EXCLUDED.payload, run_at = EXCLUDED.run_at
+        # "replace" changes what the waiting job will do and when, not a started one;
+        # its run now belongs to the trace of the enqueue that replaced it.
+        replace = """DO UPDATE SET payload = EXCLUDED.payload, run_at = EXCLUDED.run_at,
+                  trace_context = EXCLUDED.trace_context
      WHERE {table}.status = 'pending'"""
         # (scope, replace) -> the insert; and scope -> the holder of a key.
         self.unique_inserts: dict[tuple[str, bool], bytes] = {}
@@ -274,11 +278,11 @@ WITH lease AS (
     RETURNING job_id
 ), job AS (
     INSERT INTO {table} (id, kind, payload, run_at, max_attempts, queue, priority,
-                         unique_key, unique_scope, result_ttl, limit_key)
+                         unique_key, unique_scope, result_ttl, limit_key, trace_context)
     SELECT job_id, %(kind)s, %(payload)s::jsonb,
            COALESCE(%(run_at)s::timestamptz, now() + %(delay)s::interval), %(max_attempts)s,
            %(queue)s, %(priority)s, %(unique_key)s, 'window', %(result_ttl)s::interval,
-           %(limit_key)s
+           %(limit_key)s, %(trace_context)s
       FROM lease
     RETURNING id, kind
 )
@@ -295,7 +299,8 @@ SELECT id, pg_notify(%(channel)s, kind)::text FROM job""",
 WITH job AS (
     UPDATE {table}
        SET payload = %(payload)s::jsonb,
-           run_at = COALESCE(%(run_at)s::timestamptz, now() + %(delay)s::interval)
+           run_at = COALESCE(%(run_at)s::timestamptz, now() + %(delay)s::interval),
+           trace_context = %(trace_context)s
      WHERE id = %(existing)s AND status = 'pending'
     RETURNING id, kind
 )
@@ -315,16 +320,22 @@ SELECT id, pg_notify(%(channel)s, kind)::text FROM job""",
 SELECT now(), array(SELECT nextval((SELECT pg_get_serial_sequence(%s, 'id')::regclass))
                       FROM generate_series(1, %s))""",
         )
-        # enqueue_many, step 2 for small batches: one INSERT from arrays.
+        # enqueue_many, step 2 for small batches: one INSERT from arrays, and
+        # the batch's trace context (or NULL) for every row.
         self.insert_arrays = _render(
             """
-INSERT INTO {table} ({insert_cols})
-SELECT * FROM unnest(%s::bigint[], %s::text[], %s::jsonb[], %s::timestamptz[], %s::integer[],
-                     %s::text[], %s::smallint[], %s::interval[], %s::text[])""",
+INSERT INTO {table} ({insert_cols}, trace_context)
+SELECT *, %s::text FROM unnest(%s::bigint[], %s::text[], %s::jsonb[], %s::timestamptz[],
+                               %s::integer[], %s::text[], %s::smallint[], %s::interval[],
+                               %s::text[])""",
             **names,
         )
-        # enqueue_many, step 2 for large batches.
+        # enqueue_many, step 2 for large batches; with a trace context, one
+        # more column (`copy_text`).
         self.copy_in = _render("COPY {table} ({insert_cols}) FROM STDIN", **names)
+        self.copy_in_traced = _render(
+            "COPY {table} ({insert_cols}, trace_context) FROM STDIN", **names
+        )
         # enqueue_many, step 3: one notification per kind, not per row.
         self.notify_kinds = _render("SELECT pg_notify(%s, k)::text FROM unnest(%s::text[]) AS k")
 

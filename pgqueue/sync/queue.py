@@ -168,7 +168,8 @@ class Queue:
             result_ttl=result_ttl,
             limit_key=limit_key,
         )
-        return self._driver.run(op, conn)
+        with op.trace:  # a span, when tracing is on (docs/tracing.md)
+            return self._driver.run(op, conn)
 
     def enqueue_many(
         self,
@@ -181,7 +182,9 @@ class Queue:
         Every spec is validated before anything is written. Large batches
         are written with ``COPY``; one notification is sent per kind.
         """
-        return self._driver.run(self.core.enqueue_many(specs), conn)
+        op = self.core.enqueue_many(specs)
+        with op.trace:  # one span for the batch, when tracing is on
+            return self._driver.run(op, conn)
 
     def claim(
         self,

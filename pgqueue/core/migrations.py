@@ -632,6 +632,22 @@ def _trace_context(n: SchemaNames) -> Plan[None]:
     yield Query(n.render("ALTER TABLE {table} ADD COLUMN IF NOT EXISTS trace_context text"))
 
 
+def _rate_limits(n: SchemaNames) -> Plan[None]:
+    # Rate limits (docs/limits.md): a token bucket per key, beside its
+    # concurrency limit, in the same row. A key may have a rate and no
+    # limit set (max_running NULL: one job at a time, as without a row).
+    yield Query(
+        n.render("""
+ALTER TABLE {limits}
+    ALTER COLUMN max_running DROP NOT NULL,
+    ADD COLUMN IF NOT EXISTS per_second  double precision CHECK (per_second > 0),
+    ADD COLUMN IF NOT EXISTS burst       integer CHECK (burst >= 1),
+    ADD COLUMN IF NOT EXISTS tokens      double precision,
+    ADD COLUMN IF NOT EXISTS refilled_at timestamptz,
+    ADD CHECK ((per_second IS NULL) = (burst IS NULL))""")
+    )
+
+
 MIGRATIONS: Final[tuple[Migration, ...]] = (
     Migration(1, "queue table and its partial ready index", _table_and_ready_index),
     Migration(2, "checks on status and attempts, a default payload", _constraints),
@@ -646,6 +662,7 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
     ),
     Migration(8, "cancellation, results and limits", _cancel_results_limits),
     Migration(9, "the trace context of each job, for tracing", _trace_context),
+    Migration(10, "rate limits", _rate_limits),
 )
 LATEST_VERSION: Final = MIGRATIONS[-1].version
 

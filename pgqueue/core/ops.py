@@ -37,6 +37,7 @@ from .jobs import (
     validate_limit_key,
     validate_queue,
     validate_queues,
+    validate_rate,
     validate_spec,
     validate_specs,
     validate_status,
@@ -96,6 +97,9 @@ class Cycle:
     completed: list[int]
     failed: dict[int, JobStatus]
     claimed: list[Job]
+    # In how many seconds a key with a rate (`set_rate`) whose jobs the turn
+    # left for want of a token has one again; None if no key waits so.
+    token_in: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +139,9 @@ class LimitState:
     running: int
     waiting: int
     set: bool  # whether set_limit set it
+    per_second: float | None = None  # its rate, if set_rate set one
+    burst: int | None = None
+    tokens: float | None = None  # jobs it may start now, by its rate (whole ones count)
 
 
 @dataclass(frozen=True, slots=True)
@@ -450,7 +457,9 @@ class QueueCore:
             params |= _result_arrays(results)
 
         def plan() -> Plan[Cycle]:
-            ((done, failed, statuses, claimed, _, slots),) = yield Query(statement, params)
+            ((done, failed, statuses, claimed, _, slots, token_in),) = yield Query(
+                statement, params
+            )
             if plain and len(done) < len(params["done"]):
                 # A success held a slot or kept a result after all (or its
                 # lease was lost, and this finds it gone again).
@@ -469,10 +478,11 @@ class QueueCore:
                     *shape, more, True, min(limited_max, more), failures=False, plain=True
                 )
                 nothing = {**claim, "worker": worker, "done": []}
-                ((_, _, _, more, _, _),) = yield Query(again, nothing)
+                ((_, _, _, more, _, _, token_in),) = yield Query(again, nothing)
                 claimed = claimed + more
             written = {i: JobStatus(s) for i, s in zip(failed, statuses, strict=True)}
-            return Cycle(done, written, _in_claim_order(map(Job.from_json, claimed)))
+            jobs = _in_claim_order(map(Job.from_json, claimed))
+            return Cycle(done, written, jobs, token_in)
 
         return Operation(plan())
 
@@ -675,14 +685,31 @@ class QueueCore:
 
         return Operation(plan())
 
+    def set_rate(
+        self, key: str, per_second: float | None, burst: int | None = None
+    ) -> Operation[None]:
+        """Jobs with ``limit_key=key`` start at most ``per_second`` a second
+        over all workers, ``burst`` at once after a pause (default: one
+        second's worth); None removes the rate."""
+        key = validate_limit_key(key)
+        per_second, burst = validate_rate(per_second, burst)
+        params = {"key": key, "per_second": per_second, "burst": burst, "channel": self.channel}
+
+        def plan() -> Plan[None]:
+            yield Query(self.sql.set_rate, params)
+
+        return Operation(plan())
+
     def limits(self) -> Operation[list[LimitState]]:
         """Every limit key in use or set, by name."""
 
         def plan() -> Plan[list[LimitState]]:
             rows = yield Query(self.sql.limit_states)
             return [
-                LimitState(key, 1 if limit is None else limit, running, waiting, limit is not None)
-                for key, limit, running, waiting in rows
+                LimitState(
+                    key, 1 if limit is None else limit, running, waiting, limit is not None, *rate
+                )
+                for key, limit, running, waiting, *rate in rows
             ]
 
         return Operation(plan())

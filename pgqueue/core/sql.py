@@ -430,7 +430,25 @@ picked AS (
         # one job at a time. These CTEs come first in a claim's WITH (a
         # data-modifying CTE must be at the top); with no limits in use they
         # read one empty index.
+        #
+        # A key with a rate (`set_rate`) has a token bucket in its limits
+        # row, refilled at `per_second` up to `burst`: a claim locks the
+        # buckets of the keys it may serve (SKIP LOCKED: a key whose bucket
+        # another claim holds is that claim's to serve), takes at most as
+        # many jobs as whole tokens, and writes back what is left (`spent`).
+        # FOR UPDATE reads a bucket as last committed, whatever the
+        # statement's snapshot: two claims never spend one token.
         limited = """
+bucket AS (
+    SELECT m.limit_key, m.per_second,
+           least(m.burst, m.tokens + m.per_second
+                 * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
+      FROM {limits} AS m
+     WHERE m.per_second IS NOT NULL
+       AND EXISTS (SELECT FROM {table} AS t
+                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+                      AND t.run_at <= now(){served})
+       FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
            row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
@@ -449,12 +467,20 @@ free AS (
                AND EXISTS (SELECT FROM {table} AS t
                             WHERE t.status = 'pending' AND t.limit_key = s.limit_key
                               AND t.run_at <= now(){served})
+               -- A key with a rate: only with a token, in a bucket this claim holds.
+               AND NOT EXISTS (SELECT FROM {limits} AS r
+                                WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
+                                  AND NOT EXISTS (SELECT FROM bucket AS b
+                                                   WHERE b.limit_key = r.limit_key
+                                                     AND b.tokens >= 1))
              ORDER BY limit_key, slot
              LIMIT {limit}
              FOR UPDATE SKIP LOCKED) AS s),
 limited AS (
     SELECT x.id, x.attempts, f.limit_key, f.slot
-      FROM (SELECT limit_key, count(*) AS free FROM free GROUP BY limit_key) AS k
+      FROM (SELECT f.limit_key, least(count(*), min(floor(b.tokens))::bigint) AS free
+              FROM free AS f LEFT JOIN bucket AS b ON b.limit_key = f.limit_key
+             GROUP BY f.limit_key) AS k
      CROSS JOIN LATERAL (
            SELECT y.id, y.attempts, row_number() OVER () AS n
              FROM (SELECT id, attempts FROM {table} AS t
@@ -468,7 +494,15 @@ taken AS (
     UPDATE {slots} AS s
        SET job_id = l.id, attempt = l.attempts + 1, taken_at = now()
       FROM limited AS l
-     WHERE s.limit_key = l.limit_key AND s.slot = l.slot)"""
+     WHERE s.limit_key = l.limit_key AND s.slot = l.slot),
+spent AS (
+    UPDATE {limits} AS m
+       SET tokens = b.tokens - (SELECT count(*) FROM limited AS l
+                                 WHERE l.limit_key = b.limit_key),
+           refilled_at = now()
+      FROM bucket AS b
+     WHERE m.limit_key = b.limit_key
+    RETURNING b.per_second, m.tokens)"""
         # Which limited jobs a claim serves (t: a job row).
         served_queues = """
                               AND NOT EXISTS (SELECT FROM {queues} AS q
@@ -728,7 +762,8 @@ SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM done),
        (SELECT coalesce(array_agg(status), '{{}}') FROM failed),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        {told},
-       EXISTS (SELECT FROM {slots})
+       EXISTS (SELECT FROM {slots}),
+       {wake}
   FROM relax"""
         )
         worker_done = sql.SQL(done).format(
@@ -751,7 +786,8 @@ SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM done),
             "\nfailed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false)"
         )
 
-        # The worker's turn, by shape: see `turn`.
+        # The worker's turn, by shape: see `turn`. Its last column: in how
+        # many seconds a key it left jobs of for want of a token has one.
         self._turn_parts = (cycle, worker_done, plain_done, failure_ctes, no_failures, told, names)
         # As shown in docs/design.md: a worker's turn and a claim, for the
         # default batch sizes.
@@ -1025,7 +1061,33 @@ SELECT (SELECT count(*) FROM limit_row), (SELECT count(*) FROM added),
        (SELECT count(*) FROM removed), pg_notify(%(channel)s, '')""",
             **names,
         )
-        # Every key with a limit or a slot: its limit, running and waiting jobs.
+        # set_rate: a key's token bucket (full when new), and its first slot
+        # (one job at a time until set_limit). A new rate keeps the tokens
+        # the old one had filled, up to the new burst; None takes it away.
+        self.set_rate = _render(
+            """
+WITH rate_row AS (
+    INSERT INTO {limits} AS m (limit_key, max_running, per_second, burst, tokens, refilled_at)
+    VALUES (%(key)s, NULL, %(per_second)s::double precision, %(burst)s::integer,
+            %(burst)s::integer, now())
+    ON CONFLICT (limit_key) DO UPDATE
+       SET per_second = EXCLUDED.per_second, burst = EXCLUDED.burst,
+           tokens = CASE WHEN m.per_second IS NULL OR EXCLUDED.per_second IS NULL
+                         THEN EXCLUDED.tokens
+                         ELSE least(EXCLUDED.burst, m.tokens + m.per_second
+                                    * extract(epoch FROM now() - m.refilled_at)::double precision)
+                    END,
+           refilled_at = EXCLUDED.refilled_at, changed_at = now()
+    RETURNING 1
+), first_slot AS (
+    INSERT INTO {slots} (limit_key, slot) VALUES (%(key)s, 1) ON CONFLICT DO NOTHING RETURNING 1
+)
+SELECT (SELECT count(*) FROM rate_row), (SELECT count(*) FROM first_slot),
+       pg_notify(%(channel)s, '')""",
+            **names,
+        )
+        # Every key with a limit or a slot: its limit, running and waiting
+        # jobs, and its rate with the tokens it has now.
         self.limit_states = _render(
             """
 WITH keys AS (
@@ -1034,7 +1096,10 @@ WITH keys AS (
 SELECT k.limit_key, m.max_running,
        (SELECT count(*) FROM {slots} AS s WHERE s.limit_key = k.limit_key AND s.job_id IS NOT NULL),
        (SELECT count(*) FROM {table} AS t
-         WHERE t.status = 'pending' AND t.limit_key = k.limit_key)
+         WHERE t.status = 'pending' AND t.limit_key = k.limit_key),
+       m.per_second, m.burst,
+       least(m.burst, m.tokens + m.per_second
+             * extract(epoch FROM now() - m.refilled_at)::double precision)
   FROM keys AS k LEFT JOIN {limits} AS m ON m.limit_key = k.limit_key
  ORDER BY 1""",
             **names,
@@ -1201,6 +1266,7 @@ SELECT EXISTS (SELECT FROM s), (SELECT id FROM job),
         successes are those that hold no limit slot and keep no result
         (and it takes no result parameters)."""
         cycle, full_done, plain_done, failure_ctes, no_failures, told, names = self._turn_parts
+        wake = "(SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)"
         limited_max = limit if limited_max is None else min(limited_max, limit)
 
         def render() -> bytes:
@@ -1222,6 +1288,7 @@ SELECT EXISTS (SELECT FROM s), (SELECT id FROM job),
                 limited=ctes,
                 claim=update,
                 told=told(*sources) if sources else sql.SQL("0"),
+                wake=sql.SQL(wake if limited else "NULL::double precision"),
                 **names,
             )
 

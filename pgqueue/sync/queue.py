@@ -284,8 +284,17 @@ class Queue:
         under concurrent claims, crashes or retries (docs/limits.md)."""
         self._driver.run(self.core.set_limit(key, max_running))
 
+    def set_rate(self, key: str, per_second: float | None, *, burst: int | None = None) -> None:
+        """Let jobs enqueued with ``limit_key=key`` start at most ``per_second``
+        a second over every worker, and at most ``burst`` at once after a
+        pause (default: one second's worth); ``None`` removes the rate. The
+        key's concurrency limit (`set_limit`, 1 until set) still holds
+        (docs/limits.md)."""
+        self._driver.run(self.core.set_rate(key, per_second, burst))
+
     def limits(self) -> list[LimitState]:
-        """Every limit key set or in use: its limit, running and waiting jobs."""
+        """Every limit key set or in use: its limit, running and waiting jobs,
+        its rate."""
         return self._driver.run(self.core.limits())
 
     def pause_queue(self, name: str) -> None:

@@ -143,8 +143,8 @@ def _key(
         return value
     key = value(*args, **kwargs)
     if not isinstance(key, str):
-        raise TypeError(f"the {name} function of task {kind} returned a "
-                        f"{type(key).__name__}, not a str")  # fmt: skip
+        raise TypeError(f"the {name} function of task {kind} returned "
+                        f"{type(key).__name__} {key!r:.80}, not a str")  # fmt: skip
     return key
 
 
@@ -187,18 +187,18 @@ def _check_json(value: Any, path: str, kind: str, parents: set[int]) -> None:
         return
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise ValueError(f"argument {path} of task {kind} is {value!r}, which JSON cannot hold")
+            raise ValueError(f"task {kind}: argument {path} is {value!r}, which JSON cannot hold")
         return
     if isinstance(value, (list, tuple, dict)):
         if id(value) in parents:
-            raise ValueError(f"argument {path} of task {kind} contains itself")
+            raise ValueError(f"task {kind}: argument {path} contains itself")
         parents.add(id(value))
         try:
             if isinstance(value, dict):
                 for key, item in value.items():
                     if not isinstance(key, str):
                         raise TypeError(
-                            f"argument {path} of task {kind} has the key {key!r} "
+                            f"task {kind}: argument {path} has the key {key!r} "
                             f"({type(key).__name__}): JSON keys are text, so the function "
                             f"would receive {str(key)!r}; use str keys"
                         )
@@ -207,12 +207,12 @@ def _check_json(value: Any, path: str, kind: str, parents: set[int]) -> None:
                 for i, item in enumerate(value):
                     _check_json(item, f"{path}[{i}]", kind, parents)
         except RecursionError:
-            raise ValueError(f"argument {path} of task {kind} is nested too deeply") from None
+            raise ValueError(f"task {kind}: argument {path} is nested too deeply") from None
         finally:
             parents.discard(id(value))
         return
     raise TypeError(
-        f"argument {path} of task {kind} is a {type(value).__name__}, which is not "
+        f"task {kind}: argument {path} is a {type(value).__name__}, which is not "
         "JSON-serialisable: pass what JSON holds (str, int, float, bool, None, "
         "lists and dicts of them), e.g. an id or an ISO date string"
     )

@@ -86,13 +86,13 @@ def test_a_task_must_be_a_function() -> None:
 # -- binding and the payload ------------------------------------------------------
 
 
-def test_arguments_are_bound_against_the_signature_into_args_and_kwargs() -> None:
+def test_arguments_are_bound_against_the_signature_and_kept_as_given() -> None:
     task = TaskDefinition(send_receipt, None, {})
     assert task.payload((7,), {}) == {"args": [7], "kwargs": {}}
-    # Named positional parameters are stored by position, keyword-only ones by name.
+    # Stored as given: the call was bound, so the function takes it as it is.
     assert task.payload((), {"order_id": 7, "resend": True}) == {
-        "args": [7],
-        "kwargs": {"resend": True},
+        "args": [],
+        "kwargs": {"order_id": 7, "resend": True},
     }
     assert task.payload((7, "a@b.c"), {"resend": False}) == {
         "args": [7, "a@b.c"],
@@ -288,7 +288,7 @@ def test_specs_take_tuples_of_positional_and_dicts_of_keyword_arguments() -> Non
     specs = task.specs(task.options, [(1,), {"order_id": 2, "resend": True}])
     assert [s.payload for s in specs] == [
         {"args": [1], "kwargs": {}},
-        {"args": [2], "kwargs": {"resend": True}},
+        {"args": [], "kwargs": {"order_id": 2, "resend": True}},
     ]
     assert len(validate_specs(specs)) == 2
 

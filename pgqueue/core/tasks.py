@@ -1,8 +1,8 @@
 """Tasks: typed functions made job kinds (`AsyncQueue.task`, `Queue.task`), with no I/O.
 
 A task's jobs carry the arguments of one call of its function, bound at
-enqueue against the function's signature and checked to be JSON, in the
-payload ``{"args": [...], "kwargs": {...}}``. The worker's handler for the
+enqueue against the function's signature, checked to be JSON, and kept as
+given in the payload ``{"args": [...], "kwargs": {...}}``. The worker's handler for the
 task's kind reads them back and calls the function. What is decided here
 (the kind, the binding, the payload's shape, the checks, the registry of a
 queue's tasks, the handler) serves the sync and async queues alike; they
@@ -120,12 +120,15 @@ class TaskOptions:
     ) -> JobSpec:
         """The job of one call (``unique_key`` and ``limit_key`` computed from
         its arguments when they are functions); the queue validates it."""
-        return JobSpec(kind, payload, run_at=self.run_at, delay=self.delay,
-                       max_attempts=self.max_attempts, queue=self.queue, priority=self.priority,
-                       unique_key=_key(self.unique_key, "unique_key", kind, args, kwargs),
-                       unique=self.unique, unique_for=self.unique_for,
-                       on_duplicate=self.on_duplicate, result_ttl=self.result_ttl,
-                       limit_key=_key(self.limit_key, "limit_key", kind, args, kwargs))  # fmt: skip
+        unique_key, limit_key = self.unique_key, self.limit_key
+        if unique_key is not None and not isinstance(unique_key, str):
+            unique_key = _key(unique_key, "unique_key", kind, args, kwargs)
+        if limit_key is not None and not isinstance(limit_key, str):
+            limit_key = _key(limit_key, "limit_key", kind, args, kwargs)
+        # Positional: a batch makes one per job, and keywords cost twice as much.
+        return JobSpec(kind, payload, self.run_at, self.delay, self.max_attempts, self.queue,
+                       self.priority, unique_key, self.unique, self.unique_for,
+                       self.on_duplicate, self.result_ttl, limit_key)  # fmt: skip
 
 
 def _stand_in(value: str | KeyFunction | None) -> str | None:
@@ -133,15 +136,9 @@ def _stand_in(value: str | KeyFunction | None) -> str | None:
 
 
 def _key(
-    value: str | KeyFunction | None,
-    name: str,
-    kind: str,
-    args: tuple[Any, ...],
-    kwargs: Mapping[str, Any],
-) -> str | None:
-    if value is None or isinstance(value, str):
-        return value
-    key = value(*args, **kwargs)
+    fn: KeyFunction, name: str, kind: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+) -> str:
+    key = fn(*args, **kwargs)
     if not isinstance(key, str):
         raise TypeError(f"the {name} function of task {kind} returned "
                         f"{type(key).__name__} {key!r:.80}, not a str")  # fmt: skip
@@ -174,7 +171,8 @@ def task_payload(
         raise TypeError(f"bad arguments for task {kind}: {exc}") from None
     for name, value in bound.arguments.items():
         _check_json(value, name, kind, set())
-    return {ARGS: list(bound.args), KWARGS: dict(bound.kwargs)}
+    # Stored as given: `bind` took the call, so the function takes it too.
+    return {ARGS: list(args), KWARGS: dict(kwargs)}
 
 
 def _check_json(value: Any, path: str, kind: str, parents: set[int]) -> None:

@@ -98,7 +98,11 @@ async def test_task_enqueued_in_a_committed_transaction_keeps_its_call_as_the_pa
     jobs = [await queue.get(i) for i in ids]
     assert [(j.kind, j.payload, j.status) for j in jobs] == [
         (task.kind, {"args": [order_id], "kwargs": {}}, JobStatus.PENDING),
-        (task.kind, {"args": [order_id], "kwargs": {"resend": True}}, JobStatus.PENDING),
+        (
+            task.kind,
+            {"args": [], "kwargs": {"order_id": order_id, "resend": True}},
+            JobStatus.PENDING,
+        ),
     ]
     assert task.kind.endswith("send_receipt")
 

@@ -26,6 +26,7 @@ from pgqueue.core.tasks import (
     TaskRegistry,
     call_arguments,
     default_kind,
+    task_of,
 )
 
 
@@ -319,5 +320,10 @@ def test_the_registrys_handlers_merge_with_explicit_ones_but_never_shadow_a_task
     def other(job: pgqueue.Job) -> None: ...
 
     assert sorted(registry.handlers({"other": other})) == ["other", "r"]
+    # A task's own handler, passed on by a copied worker, is the task: no conflict.
+    task = registry.get("r")
+    assert task is not None and task_of(task.handler()) is task
+    assert registry.handlers({"r": task.handler()}) == {"r": task.handler()}
+    assert task_of(other) is None
     with pytest.raises(ValueError, match="job kind 'r' has a handler and is a task"):
         registry.handlers({"r": other})

@@ -30,6 +30,7 @@ __all__ = [
     "TaskRegistry",
     "call_arguments",
     "default_kind",
+    "task_of",
     "task_payload",
 ]
 
@@ -230,6 +231,18 @@ def call_arguments(job: Job) -> tuple[list[Any], dict[str, Any]]:
     )
 
 
+# Set on a task's handler: the task it runs.
+_TASK_ATTRIBUTE = "__pgqueue_task__"
+
+
+def task_of(handler: object) -> TaskDefinition[Any, Any] | None:
+    """The task whose handler this is (`TaskDefinition.handler`), or None: a
+    worker copied with its handlers (``pgqueue worker --concurrency``) passes
+    its tasks' handlers on as handlers."""
+    task = getattr(handler, _TASK_ATTRIBUTE, None)
+    return task if isinstance(task, TaskDefinition) else None
+
+
 class TaskDefinition(Generic[P, R]):
     """A function made a job kind: its signature, its kind, its default options,
     and the handler a worker runs its jobs with."""
@@ -249,6 +262,7 @@ class TaskDefinition(Generic[P, R]):
         if "run_at" in defaults:
             raise TypeError("a task's run_at is given per call: task.options(run_at=...)")
         self.options = TaskOptions().changed(self.kind, defaults)
+        self._handler = self._make_handler()
 
     def payload(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
         """The payload of a call with these arguments (see `task_payload`)."""
@@ -287,21 +301,28 @@ class TaskDefinition(Generic[P, R]):
     def handler(self) -> Callable[[Job], Any]:
         """The worker's handler: call the function with the job's arguments
         (a coroutine function for an ``async def`` task, so that it runs as
-        async handlers do)."""
+        async handlers do). The same one each time; `task_of` knows it."""
+        return self._handler
+
+    def _make_handler(self) -> Callable[[Job], Any]:
         fn: Callable[..., Any] = self.fn
+        handler: Callable[[Job], Any]
         if self.is_async:
 
             async def run_async_task(job: Job) -> Any:
                 args, kwargs = call_arguments(job)
                 return await fn(*args, **kwargs)
 
-            return run_async_task
+            handler = run_async_task
+        else:
 
-        def run_task(job: Job) -> Any:
-            args, kwargs = call_arguments(job)
-            return fn(*args, **kwargs)
+            def run_task(job: Job) -> Any:
+                args, kwargs = call_arguments(job)
+                return fn(*args, **kwargs)
 
-        return run_task
+            handler = run_task
+        setattr(handler, _TASK_ATTRIBUTE, self)
+        return handler
 
     def __repr__(self) -> str:
         return f"<task {self.kind} {self.signature}>"
@@ -339,7 +360,7 @@ class TaskRegistry:
         that is both a task and an explicit handler is refused."""
         merged = {kind: task.handler() for kind, task in self._by_kind.items()}
         for kind, fn in (explicit or {}).items():
-            if kind in merged:
+            if kind in merged and fn is not merged[kind]:
                 raise ValueError(
                     f"job kind {kind!r} has a handler and is a task of the queue: "
                     "a task's jobs are run by the task; drop the handler or give "

@@ -21,6 +21,7 @@ from ..aio.worker import AsyncWorker
 from ..core.events import EventListener
 from ..core.jobs import DEFAULT_QUEUE
 from ..core.schedules import Schedule
+from ..core.tasks import task_of
 from ..core.worker import Handlers, WorkerOptions, WorkerSettings
 from .queue import Queue
 
@@ -144,5 +145,6 @@ class Worker:
 def _refuse_coroutine(kind: str, fn: Any) -> None:
     import inspect
 
-    if inspect.iscoroutinefunction(fn):
+    # A task's handler (a copied worker's) runs on the worker's event loop.
+    if inspect.iscoroutinefunction(fn) and task_of(fn) is None:
         raise TypeError(f"the handler for {kind!r} is async; use AsyncWorker for async handlers")

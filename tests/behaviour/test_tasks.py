@@ -18,6 +18,7 @@ import pytest
 
 import pgqueue
 from pgqueue import JobStatus
+from pgqueue.cli.worker import with_overrides
 
 from ..backends import WorkerUnderTest
 from ..conftest import Raw
@@ -153,6 +154,30 @@ async def test_worker_runs_tasks_beside_the_handlers_it_is_given(
     await WorkerUnderTest(backend, queue, handlers).run(until_empty=True)
 
     assert sorted(seen) == [("handler", 8), ("task", 7)]
+    assert raw.count() == 0
+
+
+async def test_a_worker_copied_with_other_settings_runs_the_tasks_still(
+    queue: Any, raw: Raw, backend: str
+) -> None:
+    # What ``pgqueue worker app:worker --concurrency 2`` does with the worker it loads.
+    seen: list[Any] = []
+
+    async def coroutine(n: int) -> None:
+        seen.append(("async", n))
+
+    TaskUnderTest.make(backend, queue, lambda n: seen.append(("plain", n)), kind="p")
+    task = TaskUnderTest.make(backend, queue, coroutine, kind="a")
+    await task.enqueue(1)
+    await queue.enqueue("p", {"args": [2]})
+    loaded = WorkerUnderTest(backend, queue, {})
+
+    copy = with_overrides(loaded.worker, dsn=None, concurrency=2, kinds=None)
+    assert copy is not loaded.worker and copy.settings.concurrency == 2
+    loaded.worker = copy
+    await loaded.run(until_empty=True)
+
+    assert sorted(seen) == [("async", 1), ("plain", 2)]
     assert raw.count() == 0
 
 

@@ -327,3 +327,34 @@ def test_the_registrys_handlers_merge_with_explicit_ones_but_never_shadow_a_task
     assert task_of(other) is None
     with pytest.raises(ValueError, match="job kind 'r' has a handler and is a task"):
         registry.handlers({"r": other})
+
+
+# -- the workers' constructors (no connection is made) -------------------------------
+
+UNREACHABLE = "postgresql://nobody@127.0.0.1:1/none"
+
+
+def test_the_sync_worker_takes_an_async_task_but_still_refuses_an_async_handler() -> None:
+    queue = pgqueue.Queue(UNREACHABLE)
+    try:
+        task = queue.task(refund)
+        assert pgqueue.Worker(queue).handlers.is_async(task.kind)
+
+        async def handler(job: pgqueue.Job) -> None: ...
+
+        with pytest.raises(TypeError, match="use AsyncWorker for async handlers"):
+            pgqueue.Worker(queue, {"other": handler})
+    finally:
+        queue.close()
+
+
+def test_a_worker_takes_the_tasks_registered_before_it_is_made() -> None:
+    queue = pgqueue.AsyncQueue(UNREACHABLE)
+    queue.task(send_receipt)
+    worker = pgqueue.AsyncWorker(queue)
+    queue.task(kind="later")(refund)
+    assert worker.handlers.kinds() == ["tests.test_tasks.send_receipt"]
+    assert pgqueue.AsyncWorker(queue).handlers.kinds() == [
+        "later",
+        "tests.test_tasks.send_receipt",
+    ]

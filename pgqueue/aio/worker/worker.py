@@ -45,9 +45,12 @@ class AsyncWorker:
 
         await worker.run()   # until stop(), SIGINT or SIGTERM
 
-    A handler receives the `Job`. Returning is success (the row is deleted);
-    raising is failure (retried with backoff, ``dead`` at ``max_attempts``);
-    running longer than ``job_timeout`` is a failure too. ``async def``
+    ``handlers`` maps job kinds to functions; the queue's tasks
+    (`AsyncQueue.task`, registered before the worker is made) are run too,
+    so a worker for a queue of tasks needs none. A handler receives the
+    `Job`. Returning is success (the row is deleted); raising is failure
+    (retried with backoff, ``dead`` at ``max_attempts``); running longer
+    than ``job_timeout`` is a failure too. ``async def``
     handlers run on the event loop; plain functions run in worker threads.
     Delivery is at least once: make handlers idempotent.
 
@@ -117,7 +120,8 @@ class AsyncWorker:
         claim_bytes: int | None = None,
     ) -> None:
         self.queue = queue
-        self.handlers = Handlers(handlers)
+        # The queue's tasks (`AsyncQueue.task`) and the handlers given.
+        self.handlers = Handlers(queue.tasks.handlers(handlers))
         self._event_listeners = listeners_from(on_event)
         self.settings = WorkerSettings.build(
             concurrency=concurrency,

@@ -93,5 +93,5 @@ def lint(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def typecheck(session: nox.Session) -> None:
     """mypy --strict on the package."""
-    session.install("-e", ".[embedded,prometheus,otel]", "mypy")
+    session.install("-e", ".[embedded,prometheus,otel,django]", "mypy", "django-stubs")
     session.run("mypy", "--strict", "pgqueue")

@@ -1,7 +1,7 @@
 """A throwaway PgBouncer in front of the test server, in transaction pooling mode.
 
 `pgbouncer` starts Debian's ``pgbouncer`` binary (``.ci/run`` installs it
-when missing; ``PGQUEUE_TEST_PGBOUNCER`` names another) as a subprocess
+when missing; ``PGQUEUE_TEST_PGBOUNCER_BIN`` names another) as a subprocess
 with an ini file and a user list of its own in a new directory, listening
 on a free port of 127.0.0.1. Every database name reaches the database of
 that name on the server (a fallback ``*`` entry), so the suite's
@@ -26,7 +26,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from .servers import SERVER_USER, run_as
 
-BINARY = os.environ.get("PGQUEUE_TEST_PGBOUNCER", "/usr/sbin/pgbouncer")
+BINARY = os.environ.get("PGQUEUE_TEST_PGBOUNCER_BIN", "/usr/sbin/pgbouncer")
 # How long PgBouncer may take to accept connections before the fixture gives up.
 START_TIMEOUT = 30.0
 
@@ -84,7 +84,7 @@ def pgbouncer(
     if not Path(BINARY).exists():
         raise RuntimeError(
             f"no PgBouncer at {BINARY}: install Debian's pgbouncer package "
-            "(or set PGQUEUE_TEST_PGBOUNCER)"
+            "(or set PGQUEUE_TEST_PGBOUNCER_BIN)"
         )
     user = run_as()
     top = Path(tempfile.mkdtemp(prefix="pgqueue-bouncer-"))

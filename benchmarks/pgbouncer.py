@@ -6,8 +6,11 @@ and drains them with ``--workers`` `AsyncWorker`s on asyncio (each on an
 ``--batch-size`` as ``pgqueue bench``'s), once with every connection
 straight to the server and once through a PgBouncer in transaction pooling
 mode with ``--pool-size`` server connections (queues opened with
-``transaction_pooling=True``). The two paths alternate, ``--repeat``
-times each, on the same server in the same run; the medians count.
+``transaction_pooling=True``), and once straight to the server with
+``transaction_pooling=True`` (``unprepared``: what the pooler's hop costs
+apart from psycopg's prepared statements). The paths take turns,
+``--repeat`` times each, on the same server in the same run; the medians
+count.
 
 PgBouncer is Debian's ``pgbouncer`` binary, started as the test suite
 starts it (``tests/bouncer.py``), unless ``--bouncer`` names one already
@@ -123,16 +126,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=3, help="runs per path; the median counts")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     args = p.parse_args(argv)
-    paths = {name: Drains(name, args.jobs) for name in ("direct", "pgbouncer")}
+    names = ("direct", "unprepared", "pgbouncer")
+    paths = {name: Drains(name, args.jobs) for name in names}
     with dsn_or_embedded(args.dsn) as server, bouncer_for(server, args) as bouncer:
         args.server = server
         for i in range(args.repeat):
-            # Alternate the order, so that a slower moment falls on both paths.
-            order = ["direct", "pgbouncer"] if i % 2 == 0 else ["pgbouncer", "direct"]
+            # Rotate the order, so that a slower moment falls on every path.
+            order = names[i % 3 :] + names[: i % 3]
             for name in order:
                 dsn = bouncer if name == "pgbouncer" else server
                 enqueued, drained = anyio.run(
-                    lambda d=dsn, n=name: drain_once(d, args, pooled=n == "pgbouncer")
+                    lambda d=dsn, n=name: drain_once(d, args, pooled=n != "direct")
                 )
                 paths[name].enqueue_s.append(enqueued)
                 paths[name].drain_s.append(drained)

@@ -125,5 +125,5 @@ def lint(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def typecheck(session: nox.Session) -> None:
     """mypy --strict on the package."""
-    session.install("-e", ".[embedded,prometheus]", "mypy")
+    session.install("-e", ".[embedded,prometheus,otel]", "mypy")
     session.run("mypy", "--strict", "pgqueue")

@@ -12,7 +12,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 import pgqueue
-from pgqueue import JobStatus
+from pgqueue import JobSpec, JobStatus
 from pgqueue.core import migrations
 from pgqueue.core.migrations import AUTOVACUUM_SETTINGS, LATEST_VERSION, MIGRATIONS
 from pgqueue.core.ops import QueueCore
@@ -320,7 +320,7 @@ VALUES ('mail', jsonb_build_object('n', 1), 'pending', 0, NULL, NULL, NULL, now(
     handled: list[int] = []
     async with open_queue(backend, dsn, table=table) as q:
         assert await q.schema_version() == 6
-        assert await q.install() == [7, 8]
+        assert await q.install() == [7, 8, 9, 10]
         assert await q.schema_version() == LATEST_VERSION
 
         # In place: no row rewritten (constant defaults), none lost or changed.
@@ -388,7 +388,7 @@ async def test_claim_and_unique_indexes_built_concurrently_beforehand_are_kept(
             patch.setattr(migrations, "MIGRATIONS", MIGRATIONS[:7])
             assert await q.install() == [7]
         assert [index_oid(raw, f"{table}_{name}") for name in PREBUILT_INDEXES] == built
-        assert await q.install() == [8]
+        assert await q.install() == [8, 9, 10]
         first = await q.enqueue("a", unique_key="k", priority=5)
         assert await q.enqueue("a", unique_key="k") == first
         [job] = await q.claim(1)
@@ -427,7 +427,7 @@ async def test_an_invalid_claim_index_is_refused_until_it_is_dropped(
             await q.install()
         assert await q.schema_version() == 6
         raw.rows(f"DROP INDEX {table}_claim")
-        assert await q.install() == [7, 8]
+        assert await q.install() == [7, 8, 9, 10]
         assert len(await q.claim(5)) == 2
 
 
@@ -489,7 +489,7 @@ async def test_the_indexes_of_migration_8_built_concurrently_beforehand_are_kept
     assert None not in built
 
     async with open_queue(backend, dsn, table=table) as q:
-        assert await q.install() == [8]
+        assert await q.install() == [8, 9, 10]
         assert [index_oid(raw, f"{table}_{name}") for name in ("unlimited", "limited")] == built
         assert index_oid(raw, f"{table}_claim") is None
         assert len(await q.claim(5)) == 3
@@ -512,6 +512,48 @@ async def test_an_unlimited_index_built_otherwise_is_refused(
             await q.install()
         assert await q.schema_version() == 7
     assert index_oid(raw, f"{table}_claim") is not None  # nothing changed
+
+
+# -- migration 9: the trace context ----------------------------------------------
+
+
+async def test_a_table_at_version_8_with_jobs_gains_the_trace_context_in_place(
+    dsn: str, table: str, backend: str, raw: Raw, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with monkeypatch.context() as patch:
+        patch.setattr(migrations, "MIGRATIONS", MIGRATIONS[:8])
+        assert run_on(raw.conn, QueueCore(table).install()) == ALL_VERSIONS[:8]
+    # Rows as pgqueue 8 wrote them: waiting, running (its worker gone), dead.
+    raw.rows(
+        """
+INSERT INTO {table} (kind, payload, status, attempts, locked_at, locked_by, last_error)
+VALUES ('mail', '1', 'pending', 0, NULL, NULL, NULL),
+       ('mail', '2', 'running', 1, now() - interval '1 hour', 'old-worker', NULL),
+       ('mail', '3', 'dead', 3, NULL, NULL, 'gave up')"""
+    )
+    ids = {r[1]: r[0] for r in raw.rows("SELECT id, payload FROM {table}")}
+    before = raw.rows("SELECT * FROM {table} ORDER BY id")
+    file = filenode(raw, table)
+
+    handled: list[tuple[int, str | None]] = []
+    async with open_queue(backend, dsn, table=table) as q:
+        assert await q.schema_version() == 8
+        assert await q.install() == [9, 10]
+        assert await q.schema_version() == LATEST_VERSION
+        # In place: no row rewritten, each one as it was, with no trace context.
+        assert filenode(raw, table) == file
+        assert raw.rows("SELECT * FROM {table} ORDER BY id") == [(*r, None) for r in before]
+
+        assert await q.reap(timedelta(minutes=5)) == [ids[2]]
+        assert await q.retry([ids[3]]) == 1
+
+        def handle(job: pgqueue.Job) -> None:
+            handled.append((job.payload, job.trace_context))
+
+        await WorkerUnderTest(backend, q, {"mail": handle}).run(until_empty=True)
+
+    assert sorted(handled) == [(1, None), (2, None), (3, None)]
+    assert raw.count() == 0
 
 
 # -- history --------------------------------------------------------------------
@@ -590,6 +632,24 @@ async def test_with_history_purged_dead_jobs_are_copied_as_dead(
     assert raw.one(f"SELECT last_error FROM {table}_history") == "gave up"
 
 
+async def test_a_table_at_version_9_keeps_its_limits_and_gains_rates_in_place(
+    dsn: str, table: str, backend: str, raw: Raw, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with open_queue(backend, dsn, table=table) as q:
+        with monkeypatch.context() as patch:
+            patch.setattr(migrations, "MIGRATIONS", MIGRATIONS[:9])
+            assert await q.install() == ALL_VERSIONS[:9]
+        await q.set_limit("api", 3)
+        held = await q.enqueue("k", limit_key="api")
+        assert await q.install() == [10]
+        assert [j.id for j in await q.claim(5)] == [held]
+        assert await q.limits() == [pgqueue.LimitState("api", 3, 1, 0, True)]
+        await q.set_rate("api", 0.001, burst=1)
+        more = await q.enqueue_many([JobSpec("k", limit_key="api") for _ in range(2)])
+        assert [j.id for j in await q.claim(5)] == more[:1]
+        assert await q.claim(5) == []
+
+
 async def test_an_upgrade_grants_the_new_tables_to_the_roles_of_the_queue_table(
     dsn: str, table: str, backend: str, raw: Raw, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -612,7 +672,7 @@ async def test_an_upgrade_grants_the_new_tables_to_the_roles_of_the_queue_table(
         raw.conn.execute(sql.SQL(statement).format(**names))
     try:
         async with open_queue(backend, dsn, table=table) as owner:
-            assert await owner.install() == [7, 8]
+            assert await owner.install() == [7, 8, 9, 10]
         async with open_queue(backend, make_conninfo(dsn, user=role), table=table) as q:
             job = await q.enqueue("k", unique_key="once", unique_for=timedelta(hours=1))
             await q.pause_queue("other")
@@ -630,6 +690,12 @@ async def test_an_upgrade_grants_the_new_tables_to_the_roles_of_the_queue_table(
             assert result is not None and result.outcome == "succeeded"
             assert [(s.key, s.running) for s in await q.limits()] == [("api", 0)]
             assert (await q.cancel(await q.enqueue("k"))).deleted
+            # Migration 10's rates, in the limits table.
+            await q.set_rate("api", 5.0)
+            again = await q.enqueue("k", limit_key="api")
+            assert [j.id for j in await q.claim(5)] == [again]
+            [state] = await q.limits()
+            assert (state.per_second, state.burst) == (5.0, 5)
     finally:
         raw.conn.execute(sql.SQL("DROP OWNED BY {role}").format(**names))
         raw.conn.execute(sql.SQL("DROP ROLE {role}").format(**names))

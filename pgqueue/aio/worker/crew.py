@@ -72,7 +72,7 @@ class Crew:
             queue, self.calls, self.ledger, self.reporter, progress, worker=name
         )
         self.runners = Runners(settings, handlers, self.ledger, self.completer, demand,
-                               timed=bool(listeners))  # fmt: skip
+                               timed=bool(listeners), table=queue.table)  # fmt: skip
         self.fetcher = Fetcher(settings, queue, self.calls, self.ledger, self.completer,
                                self.runners, self.reporter, demand, progress)  # fmt: skip
         self.reaper = Reaper(settings, queue, self.calls, self.reporter, self.fetcher)

@@ -51,7 +51,8 @@ def tests_core(session: nox.Session) -> None:
 
 # The behaviour modules that tests-pgbouncer runs through the pooler: the
 # queue's operations and the worker. Left out, for their run time only
-# (they pass through it): test_events, test_schedules, test_operations.
+# (they pass through it): test_schedules, test_operations; and test_tracing
+# (its own extra).
 # Left out by nature: test_worker_startup and test_migrations (roles the
 # tests create, which PgBouncer's user list does not know), test_claim_plans
 # and test_big_table (EXPLAIN and server settings, not the pooler's concern).
@@ -63,6 +64,9 @@ PGBOUNCER_BEHAVIOUR = (
     "test_job_control",
     "test_worker",
     "test_cancel_worker",
+    "test_events",
+    "test_rate_limits",
+    "test_tasks",
 )
 
 

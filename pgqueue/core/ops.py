@@ -45,6 +45,7 @@ from .jobs import (
 )
 from .migrations import SchemaNames, install_plan, uninstall_plan, version_plan
 from .plans import Copy, Operation, Plan, Query, Rows, Step, drive, needs_transaction
+from .pooling import validate_transaction_pooling
 from .results import JobResult
 from .schedules import (
     Schedule,
@@ -170,8 +171,12 @@ class QueueCore:
         *,
         backoff: Backoff | None = None,
         history: bool = False,
+        transaction_pooling: bool = False,
     ) -> None:
         self.sql = Statements(table, history=history)
+        # Whether the queue's connections go through a transaction pooler
+        # (`pgqueue.core.pooling`): no prepared statements, no LISTEN on them.
+        self.transaction_pooling = validate_transaction_pooling(transaction_pooling)
         self.schema = SchemaNames.for_table(table)
         self.backoff = backoff if backoff is not None else Backoff()
         # Whether the table has limit slots, as the last worker's turn saw it
@@ -187,7 +192,12 @@ class QueueCore:
 
     def options(self) -> dict[str, Any]:
         """The keyword arguments that make another queue on this table behave like this one."""
-        return {"table": self.table, "backoff": self.backoff, "history": self.sql.history}
+        return {
+            "table": self.table,
+            "backoff": self.backoff,
+            "history": self.sql.history,
+            "transaction_pooling": self.transaction_pooling,
+        }
 
     @property
     def channel(self) -> str:

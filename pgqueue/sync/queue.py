@@ -43,6 +43,12 @@ class Queue:
 
     Every method validates its arguments before it touches the database: a
     bad argument raises `TypeError` or `ValueError` and writes nothing.
+
+    ``transaction_pooling=True`` says that the DSN (or pool) reaches the
+    server through a transaction pooler such as PgBouncer in transaction
+    mode: the queue's connections prepare no statements (a pool of yours
+    must be built with ``kwargs={"prepare_threshold": None}``), and neither
+    a worker nor `wait` LISTENs through it (docs/pgbouncer.md).
     """
 
     def __init__(
@@ -53,9 +59,14 @@ class Queue:
         backoff: Backoff | None = None,
         max_connections: int = 10,
         history: bool = False,
+        transaction_pooling: bool = False,
     ) -> None:
-        self.core = QueueCore(table, backoff=backoff, history=history)
-        self._driver = make_driver(conninfo_or_pool, max_size=max_connections)
+        self.core = QueueCore(
+            table, backoff=backoff, history=history, transaction_pooling=transaction_pooling
+        )
+        self._driver = make_driver(
+            conninfo_or_pool, max_size=max_connections, transaction_pooling=transaction_pooling
+        )
         # Written by `task`; read by the workers made for this queue.
         self.tasks = TaskRegistry()
 

@@ -45,6 +45,7 @@ def tests_core(session: nox.Session) -> None:
         "--ignore=tests/behaviour",
         "--ignore=tests/reliability",
         "--ignore=tests/browser",
+        "--ignore=tests/pgbouncer",
         backend="sync",
     )
 
@@ -59,6 +60,41 @@ def browser(session: nox.Session) -> None:
     """
     session.install("-e", ".[browser]")
     session.run("pytest", *(session.posargs or ["tests/browser"]))
+
+
+# The behaviour modules that tests-pgbouncer runs through the pooler: the
+# queue's operations and the worker. Left out, for their run time only
+# (they pass through it): test_schedules, test_operations; and test_tracing
+# (its own extra).
+# Left out by nature: test_worker_startup and test_migrations (roles the
+# tests create, which PgBouncer's user list does not know), test_claim_plans
+# and test_big_table (EXPLAIN and server settings, not the pooler's concern).
+PGBOUNCER_BEHAVIOUR = (
+    "test_queue",
+    "test_queues",
+    "test_bad_input",
+    "test_unique",
+    "test_job_control",
+    "test_worker",
+    "test_cancel_worker",
+    "test_events",
+    "test_rate_limits",
+    "test_tasks",
+)
+
+
+@nox.session(name="tests-pgbouncer", python=PYTHON)
+def tests_pgbouncer(session: nox.Session) -> None:
+    """The queue through PgBouncer in transaction mode (docs/pgbouncer.md).
+
+    tests/pgbouncer on every backend, then the behaviour suite's queue and
+    worker modules on asyncio with ``dsn`` pointing at the pooler. Needs
+    Debian's ``pgbouncer`` package (``.ci/run`` installs it), or
+    ``PGQUEUE_TEST_PGBOUNCER_BIN``.
+    """
+    _tests(session, "tests/pgbouncer")
+    modules = [f"tests/behaviour/{name}.py" for name in PGBOUNCER_BEHAVIOUR]
+    _tests(session, *modules, backend="asyncio", PGQUEUE_TEST_PGBOUNCER="1")
 
 
 @nox.session(name="tests-pg15", python=PYTHON, default=False)
@@ -106,5 +142,5 @@ def lint(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def typecheck(session: nox.Session) -> None:
     """mypy --strict on the package."""
-    session.install("-e", ".[embedded,prometheus,web]", "mypy")
+    session.install("-e", ".[embedded,prometheus,otel,django,web]", "mypy", "django-stubs")
     session.run("mypy", "--strict", "pgqueue")

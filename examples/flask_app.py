@@ -1,22 +1,26 @@
 """pgqueue in a Flask app: an order and its receipt job commit in one transaction.
 
-    pip install flask
+    pip install 'pgqueue[flask]'
     export PGQUEUE_DSN=postgresql://localhost/shop
-    python examples/flask_app.py --init-db         # create the tables (idempotent)
-    flask --app examples/flask_app.py run          # the web app
-    pgqueue worker examples.flask_worker:worker    # its worker, in another shell
+    python examples/flask_app.py --init-db                        # the tables (idempotent)
+    flask --app examples/flask_app.py run                         # the web app
+    flask --app examples/flask_app.py pgqueue worker              # its worker, in another shell
 
     curl -X POST localhost:5000/orders -H 'content-type: application/json' \\
          -d '{"item": "teapot", "email": "ann@example.com"}'
 
-``POST /orders`` inserts the order and enqueues its ``send_receipt`` job on
-the same connection, in the same transaction (``conn=``). When the payment
-is declined the view raises inside the transaction, and neither the order
-nor the job exists. ``python examples/flask_app.py --demo`` sends a few such
-requests with Flask's test client and prints what they left behind.
+The app uses pgqueue's Flask extension (`pgqueue.contrib.flask`).
+``POST /orders`` inserts the order in ``pgq.transaction()`` and enqueues its
+``send_receipt`` job with ``pgq.enqueue``, which joins that transaction.
+When the payment is declined the view raises inside it, and neither the
+order nor the job exists. ``python examples/flask_app.py --demo`` sends a
+few such requests with Flask's test client and prints what they left behind.
 
-``PGQUEUE_TABLE`` names the job table (default ``flask_jobs``); the app's own
-tables are ``<table>_orders`` and ``<table>_receipts``.
+The handler is registered on the extension, so ``flask pgqueue worker``
+runs it, in the app's context; ``examples/flask_worker.py`` offers the same
+worker to ``pgqueue worker``. ``PGQUEUE_TABLE`` names the job table (default
+``flask_jobs``); the app's own tables are ``<table>_orders`` and
+``<table>_receipts``.
 """
 
 from __future__ import annotations
@@ -28,9 +32,9 @@ from typing import Any
 import psycopg
 from flask import Flask, request
 from psycopg import sql
-from psycopg_pool import ConnectionPool
 
 import pgqueue
+from pgqueue.contrib.flask import PgQueue
 
 DSN = os.environ.get("PGQUEUE_DSN", "postgresql://localhost/shop")
 TABLE = os.environ.get("PGQUEUE_TABLE", "flask_jobs")
@@ -49,6 +53,13 @@ SCHEMA = [
     ).format(RECEIPTS),
 ]
 INSERT_ORDER = sql.SQL("INSERT INTO {} (item, email) VALUES (%s, %s) RETURNING id").format(ORDERS)
+CLAIM_RECEIPT = sql.SQL(
+    "INSERT INTO {} (order_id) VALUES (%s) ON CONFLICT (order_id) DO NOTHING RETURNING order_id"
+).format(RECEIPTS)
+ORDER_EMAIL = sql.SQL("SELECT email, item FROM {} WHERE id = %s").format(ORDERS)
+
+# One extension for every app the factory makes: its pool and queue are per app.
+pgq = PgQueue()
 
 
 class PaymentDeclined(Exception):
@@ -61,33 +72,28 @@ def charge(order: dict[str, Any]) -> None:
         raise PaymentDeclined("payment declined")
 
 
-def init_db(dsn: str = DSN) -> None:
-    """The app's migrations: its tables and the job table."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        for statement in SCHEMA:
-            conn.execute(statement)
-    with pgqueue.Queue(dsn, table=TABLE) as queue:
-        queue.install()
+def send_mail(to: str, subject: str) -> None:
+    """Stands in for a mail service."""
+    print(f"mail to {to}: {subject}", flush=True)
 
 
 def create_app(dsn: str = DSN) -> Flask:
-    """The app, with one connection pool shared by its views and its queue."""
+    """The app: its views and the queue share one connection pool (the extension's)."""
     app = Flask(__name__)
-    # autocommit: a transaction is opened explicitly where one is wanted.
-    pool = ConnectionPool(dsn, min_size=1, max_size=4, kwargs={"autocommit": True}, open=True)
-    queue = pgqueue.Queue(pool, table=TABLE)  # the queue borrows connections from the pool
+    app.config.update(PGQUEUE_DSN=dsn, PGQUEUE_TABLE=TABLE, PGQUEUE_WORKER={"concurrency": 4})
+    pgq.init_app(app)
 
     @app.post("/orders")
     def create_order() -> tuple[dict[str, Any], int]:
         order = request.get_json(silent=True) or {}
         if not order.get("item") or not order.get("email"):
             return {"error": "item and email are required"}, 400
-        with pool.connection() as conn, conn.transaction():
+        with pgq.transaction() as conn:
             row = conn.execute(INSERT_ORDER, (order["item"], order["email"])).fetchone()
             assert row is not None
             order_id = row[0]
-            # Same connection, same transaction: the job commits with the order.
-            job_id = queue.enqueue("send_receipt", {"order_id": order_id}, conn=conn)
+            # Inside pgq.transaction(): the job commits with the order.
+            job_id = pgq.enqueue("send_receipt", {"order_id": order_id})
             charge(order)  # raises PaymentDeclined: the order and its job roll back together
         return {"order_id": order_id, "job_id": job_id}, 201
 
@@ -95,10 +101,40 @@ def create_app(dsn: str = DSN) -> Flask:
     def payment_declined(exc: PaymentDeclined) -> tuple[dict[str, Any], int]:
         return {"error": str(exc)}, 402
 
-    # The pool lives as long as the process; the demo closes it.
-    app.extensions["pgqueue"] = queue
-    app.extensions["pool"] = pool
     return app
+
+
+@pgq.handler("send_receipt")
+def send_receipt(job: pgqueue.Job) -> None:
+    """Send an order's receipt once, however many times the job runs.
+
+    Delivery is at-least-once. The receipt is recorded in the same
+    transaction as the sending: a repeated job finds the record and sends
+    nothing; if the mail service raises, the record rolls back and the job
+    is retried. (The one window left: the mail goes out and the process dies
+    before the commit. A mail service that takes an idempotency key, such
+    as the order id, closes it.) The worker runs it in the app's context,
+    so ``pgq.transaction()`` borrows from the app's pool.
+    """
+    order_id = job.payload["order_id"]
+    with pgq.transaction() as conn:
+        if conn.execute(CLAIM_RECEIPT, (order_id,)).fetchone() is None:
+            print(f"order {order_id}: receipt already sent, nothing to do", flush=True)
+            return
+        row = conn.execute(ORDER_EMAIL, (order_id,)).fetchone()
+        if row is None:
+            raise LookupError(f"order {order_id} does not exist")
+        email, item = row
+        send_mail(email, f"your receipt for order {order_id} ({item})")
+
+
+def init_db(dsn: str = DSN) -> None:
+    """The app's migrations: its tables and the job table (``flask pgqueue migrate``)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for statement in SCHEMA:
+            conn.execute(statement)
+    with pgqueue.Queue(dsn, table=TABLE) as queue:
+        queue.install()
 
 
 def demo(dsn: str) -> None:
@@ -118,11 +154,12 @@ def demo(dsn: str) -> None:
         items = [
             r[0] for r in conn.execute(sql.SQL("SELECT item FROM {} ORDER BY id").format(ORDERS))
         ]
-    queue: pgqueue.Queue = app.extensions["pgqueue"]
-    waiting = queue.stats().by_kind.get("send_receipt", {}).get(pgqueue.JobStatus.PENDING, 0)
-    app.extensions["pool"].close()
+    with app.app_context():
+        stats = pgq.queue.stats()
+        pgq.close()
+    waiting = stats.by_kind.get("send_receipt", {}).get(pgqueue.JobStatus.PENDING, 0)
     print(f"orders committed: {items}; send_receipt jobs waiting: {waiting}")
-    print("run the worker: pgqueue worker examples.flask_worker:worker --until-empty")
+    print("run the worker: flask --app examples/flask_app.py pgqueue worker --until-empty")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ A job and the data it describes commit in one transaction.
 from __future__ import annotations
 
 from .aio.queue import AsyncQueue
+from .aio.tasks import AsyncTask
 from .aio.worker import AsyncWorker
 from .core.backoff import Backoff
 from .core.context import JobCancelled, JobContext, job_context
@@ -17,11 +18,13 @@ from .core.results import JobFailed, JobNotCommitted, JobResult, NoResult
 from .core.schedules import ScheduleState, UnknownSchedule
 from .core.states import IllegalTransition
 from .sync.queue import Queue
+from .sync.tasks import Task
 from .sync.worker import Worker
 
 __all__ = [
     "ActionName",
     "AsyncQueue",
+    "AsyncTask",
     "AsyncWorker",
     "Backoff",
     "Cancelled",
@@ -48,6 +51,7 @@ __all__ = [
     "SchemaError",
     "SchemaTooNew",
     "Stats",
+    "Task",
     "UnknownSchedule",
     "Worker",
     "job_context",

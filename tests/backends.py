@@ -3,11 +3,18 @@
 Every test is written once against an awaitable queue. For the sync
 backend, `SyncAsAsync` runs each `pgqueue.Queue` call in a worker thread, so
 concurrent tasks are concurrent threads on the sync API.
+
+With ``PGQUEUE_TEST_PGBOUNCER=1`` (``nox -s tests-pgbouncer``) the suite's
+``dsn`` is a PgBouncer in transaction mode in front of the server
+(`tests.bouncer`): queues are opened with ``transaction_pooling=True``, the
+application's connections prepare no statements, and a worker LISTENs on
+the server itself (``listen_conninfo``), as docs/pgbouncer.md says to.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -16,10 +23,30 @@ import anyio
 import anyio.to_thread
 import psycopg
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import pgqueue
 
 BACKENDS = ("sync", "asyncio", "trio")
+
+THROUGH_PGBOUNCER = os.environ.get("PGQUEUE_TEST_PGBOUNCER", "") not in ("", "0")
+# What a queue, and a connection of the application's, need through a transaction pooler.
+QUEUE_OPTIONS: dict[str, Any] = {"transaction_pooling": True} if THROUGH_PGBOUNCER else {}
+CONNECT_OPTIONS: dict[str, Any] = {"prepare_threshold": None} if THROUGH_PGBOUNCER else {}
+
+
+class Direct:
+    """The server behind PgBouncer, once conftest's ``dsn`` fixture started it."""
+
+    server: str | None = None
+
+    @classmethod
+    def listen_conninfo(cls, conninfo: str) -> str | None:
+        """The server's own DSN for the database ``conninfo`` reaches through PgBouncer."""
+        if cls.server is None:
+            return None
+        dbname = conninfo_to_dict(conninfo).get("dbname")
+        return make_conninfo(cls.server, dbname=dbname) if dbname else cls.server
 
 
 class SyncAsAsync:
@@ -41,6 +68,7 @@ class SyncAsAsync:
 
 @asynccontextmanager
 async def open_queue(backend: str, dsn: str, **options: Any) -> AsyncIterator[Any]:
+    options = {**QUEUE_OPTIONS, **options}
     if backend == "sync":
         q = pgqueue.Queue(dsn, **options)
         try:
@@ -117,12 +145,12 @@ class AsyncBusiness(Business):
 async def make_business(backend: str, dsn: str, *, orders: str) -> AsyncIterator[Business]:
     b: Business
     if backend == "asyncio":
-        aconn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+        aconn = await psycopg.AsyncConnection.connect(dsn, autocommit=True, **CONNECT_OPTIONS)
         b = AsyncBusiness(aconn, orders)
         close: Callable[[], Any] = aconn.close
     else:
         conn = await anyio.to_thread.run_sync(
-            functools.partial(psycopg.connect, dsn, autocommit=True)
+            functools.partial(psycopg.connect, dsn, autocommit=True, **CONNECT_OPTIONS)
         )
         b = ThreadBusiness(conn, orders)
 
@@ -142,6 +170,8 @@ class WorkerUnderTest:
 
     def __init__(self, backend: str, queue: Any, handlers: dict[str, Any], **options: Any) -> None:
         options.setdefault("handle_signals", False)
+        if Direct.server is not None and "listen_conninfo" not in options:
+            options["listen_conninfo"] = Direct.listen_conninfo(queue.conninfo)
         self.backend = backend
         if backend == "sync":
             self.worker: Any = pgqueue.Worker(queue.sync, handlers, **options)

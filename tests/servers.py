@@ -21,7 +21,7 @@ from typing import Any
 SERVER_USER = "embedded_postgres"
 
 
-def _run_as() -> dict[str, Any]:
+def run_as() -> dict[str, Any]:
     if os.geteuid() != 0:
         return {}
     try:
@@ -37,17 +37,17 @@ def local_postgres(bin_dir: str, settings: dict[str, str]) -> Iterator[str]:
     bins = Path(bin_dir)
     if not (bins / "initdb").exists():
         raise RuntimeError(f"no initdb in {bin_dir}: install that PostgreSQL's server package")
-    run_as = _run_as()
+    as_user = run_as()
     top = Path(tempfile.mkdtemp(prefix="pgqueue-pg-"))
     top.chmod(0o755)
     data = top / "data"
-    if run_as:
+    if as_user:
         shutil.chown(top, user=SERVER_USER)
     subprocess.run(
         [bins / "initdb", "-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8"],
         check=True,
         capture_output=True,
-        **run_as,
+        **as_user,
     )
     options = " ".join(f"-c {k}={v}" for k, v in settings.items())
     subprocess.run(
@@ -57,7 +57,7 @@ def local_postgres(bin_dir: str, settings: dict[str, str]) -> Iterator[str]:
         ],
         check=True,
         capture_output=True,
-        **run_as,
+        **as_user,
     )
     try:
         yield f"postgresql://postgres@/postgres?host={top}"
@@ -66,6 +66,6 @@ def local_postgres(bin_dir: str, settings: dict[str, str]) -> Iterator[str]:
             [bins / "pg_ctl", "-D", data, "-m", "immediate", "stop"],
             check=False,
             capture_output=True,
-            **run_as,
+            **as_user,
         )
         shutil.rmtree(top, ignore_errors=True)

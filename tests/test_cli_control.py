@@ -153,14 +153,15 @@ def test_limits_lists_every_key_with_its_limit_running_and_waiting_jobs(
     listed = run("limits")
     assert listed.code == 0, listed
     assert listed.lines == [
-        "KEY     LIMIT        RUNNING  WAITING",
-        "acct:7  1 (default)        1        2",
-        "api     5                  0        0",
+        "KEY     LIMIT        RUNNING  WAITING  RATE",
+        "acct:7  1 (default)        1        2  -",
+        "api     5                  0        0  -",
     ]
     assert run("limits", "list").lines == listed.lines
+    no_rate = {"per_second": None, "burst": None, "tokens": None}
     assert run("limits", "list", "--json").json() == [
-        {"key": "acct:7", "max_running": 1, "set": False, "running": 1, "waiting": 2},
-        {"key": "api", "max_running": 5, "set": True, "running": 0, "waiting": 0},
+        {"key": "acct:7", "max_running": 1, "set": False, "running": 1, "waiting": 2} | no_rate,
+        {"key": "api", "max_running": 5, "set": True, "running": 0, "waiting": 0} | no_rate,
     ]
 
 
@@ -174,8 +175,42 @@ def test_limits_set_lets_that_many_run(run: Cli, queue: pgqueue.Queue) -> None:
     assert len(queue.claim(10, worker="w")) == 2
 
     held = run("limits", "set", "api", "0", "--json")
-    assert held.json() == {"key": "api", "max_running": 0, "set": True, "running": 3, "waiting": 1}
+    assert held.json() == {
+        "key": "api",
+        "max_running": 0,
+        "set": True,
+        "running": 3,
+        "waiting": 1,
+        "per_second": None,
+        "burst": None,
+        "tokens": None,
+    }
     assert queue.claim(10, worker="w") == []
+
+
+def test_limits_rate_lets_that_many_start_a_second(run: Cli, queue: pgqueue.Queue) -> None:
+    queue.set_limit("api", 10)
+    queue.enqueue_many([pgqueue.JobSpec("k", i, limit_key="api") for i in range(4)])
+
+    ran = run("limits", "rate", "api", "0.001", "--burst", "2")
+    assert ran.code == 0, ran
+    assert ran.out == (
+        "limit api set: at most 10 running jobs, at most 0.001/s (burst 2) (0 running, 4 waiting)\n"
+    )
+    assert len(queue.claim(10, worker="w")) == 2
+    assert queue.claim(10, worker="w") == []
+    listed = run("limits")
+    assert listed.lines == [
+        "KEY  LIMIT  RUNNING  WAITING  RATE",
+        "api  10           2        2  0.001/s (burst 2)",
+    ]
+    [state] = run("limits", "--json").json()
+    assert (state["per_second"], state["burst"]) == (0.001, 2)
+    assert 0 <= state["tokens"] < 1
+
+    gone = run("limits", "rate", "api", "none", "--json")
+    assert (gone.json()["per_second"], gone.json()["burst"]) == (None, None)
+    assert len(queue.claim(10, worker="w")) == 2
 
 
 def test_bad_limits_arguments_are_usage_errors_and_write_nothing(
@@ -188,6 +223,12 @@ def test_bad_limits_arguments_are_usage_errors_and_write_nothing(
     assert_usage_error(run("limits", "set", "", "2"), "limit_key must not be empty")
     assert_usage_error(run("limits", "list", "api"), "to set a limit: pgqueue limits set KEY N")
     assert_usage_error(run("limits", "unset"), "invalid choice: 'unset'")
+    assert_usage_error(run("limits", "rate", "api"), "limits rate takes a KEY and PER_SECOND")
+    assert_usage_error(run("limits", "rate", "api", "fast"), "not a number: 'fast'")
+    assert_usage_error(run("limits", "rate", "api", "0"), "per_second must be above 0")
+    assert_usage_error(run("limits", "rate", "api", "5", "--burst", "0"), "burst must be from 1")
+    assert_usage_error(run("limits", "rate", "api", "none", "--burst", "3"), "a burst needs a rate")
+    assert_usage_error(run("limits", "set", "api", "3", "--burst", "3"), "--burst goes with a rate")
     assert queue.limits() == []
 
 

@@ -11,16 +11,20 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import psycopg
 import pytest
 from psycopg import sql
 
 import pgqueue
+from pgqueue.core.ops import QueueCore
+from pgqueue.sync.driver import run_on
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -31,7 +35,8 @@ def example_table(dsn: str) -> Iterator[str]:
     name = f"ex_{uuid.uuid4().hex[:12]}"
     yield name
     with psycopg.connect(dsn, autocommit=True) as conn:
-        for table in (name, f"{name}_orders", f"{name}_receipts"):
+        run_on(conn, QueueCore(name).uninstall())  # the job table and the tables beside it
+        for table in (f"{name}_orders", f"{name}_receipts"):
             conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
 
 
@@ -77,6 +82,10 @@ def test_quickstart_runs_and_drains_its_jobs(dsn: str, example_table: str, flavo
 # -- Flask: the app enqueues in its transaction, the worker sends receipts once -------------
 
 FLASK_WORKERS = {
+    "flask pgqueue worker": [
+        *("-m", "flask", "--app", "examples/flask_app.py"),
+        *("pgqueue", "worker", "--until-empty"),
+    ],
     "pgqueue worker": ["-m", "pgqueue", "worker", "examples.flask_worker:worker", "--until-empty"],
     "python flask_worker.py": [str(EXAMPLES / "flask_worker.py"), "--until-empty"],
 }
@@ -123,6 +132,100 @@ def test_flask_orders_commit_with_their_jobs_and_the_worker_sends_each_receipt_o
         receipts = sql.Identifier(f"{example_table}_receipts")
         sent = conn.execute(sql.SQL("SELECT order_id FROM {} ORDER BY 1").format(receipts))
         assert sent.fetchall() == [(1,), (3,)]
+        jobs = conn.execute(
+            sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(example_table))
+        )
+        assert jobs.fetchone() == (0,)
+
+
+# -- FastAPI: a real uvicorn serves the app; its lifespan runs the worker ---------------
+
+
+class Server:
+    """A process of its own whose output a thread keeps reading (so the pipe never fills)."""
+
+    def __init__(self, args: list[str], env: dict[str, str]) -> None:
+        self.proc = subprocess.Popen(
+            args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        self.lines: list[str] = []
+
+    def wait_for(self, text: str) -> str:
+        """Read the output up to the first line holding ``text``; return that line."""
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line)
+            if text in line:
+                threading.Thread(target=self._drain, daemon=True).start()
+                return line
+        raise AssertionError(f"the process ended before printing {text!r}:\n{self.output}")
+
+    def _drain(self) -> None:
+        assert self.proc.stdout is not None
+        self.lines.extend(self.proc.stdout)
+
+    @property
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    def stop(self, sig: int) -> int:
+        """Send ``sig``; the exit code, once the process and its output ended."""
+        self.proc.send_signal(sig)
+        code = self.proc.wait(timeout=60)
+        assert self.proc.stdout is not None
+        self.lines.extend(self.proc.stdout)  # what the drain thread had not read yet
+        return code
+
+
+def test_fastapi_orders_commit_with_their_jobs_and_the_lifespan_worker_sends_receipts(
+    dsn: str, example_table: str
+) -> None:
+    env = {**os.environ, "PGQUEUE_DSN": dsn, "PGQUEUE_TABLE": example_table}
+    server = Server(
+        [sys.executable, "-m", "uvicorn", "examples.fastapi_app:app", "--port", "0"], env
+    )
+    try:
+        line = server.wait_for("Uvicorn running on ")
+        base = line.split("Uvicorn running on ")[1].split()[0]
+        with httpx.Client(base_url=base, timeout=60) as client:
+            teapot = client.post("/orders", json={"item": "teapot", "email": "ann@example.com"})
+            assert teapot.status_code == 201, teapot.text
+            declined = client.post(
+                "/orders", json={"item": "kettle", "email": "bob@example.com", "card": "declined"}
+            )
+            assert (declined.status_code, declined.json()) == (402, {"detail": "payment declined"})
+            invalid = client.post("/orders", json={"item": "cosy"})
+            assert invalid.status_code == 422  # no email: refused before anything is written
+            cosy = client.post("/orders", json={"item": "cosy", "email": "cy@example.com"})
+            assert cosy.status_code == 201, cosy.text
+
+            # The worker in the app's lifespan runs both jobs: wait for their results.
+            with pgqueue.Queue(dsn, table=example_table) as q:
+                for order, email in ((teapot, "ann@example.com"), (cosy, "cy@example.com")):
+                    assert q.wait(order.json()["job_id"], timeout=60) == {"sent_to": email}
+            shown = client.get(f"/orders/{teapot.json()['order_id']}").json()
+            assert shown == {
+                "id": teapot.json()["order_id"],
+                "item": "teapot",
+                "receipt_sent": True,
+            }
+    finally:
+        # SIGTERM is uvicorn's (the worker took no signal handler): it shuts the app down.
+        code = server.stop(signal.SIGTERM)
+    out = server.output
+    # Once shut down, uvicorn (0.29 and later) re-raises the signal it caught: killed by it.
+    assert code in (0, -signal.SIGTERM), out
+    assert "mail to ann@example.com: your receipt for order 1 (teapot)" in out
+    assert "mail to cy@example.com: your receipt for order 3 (cosy)" in out
+    assert "bob@example.com" not in out
+    assert "shutdown: worker stopped, queue closed" in out
+    assert "Application shutdown complete." in out
+
+    # The declined order rolled back with its job: neither exists.
+    with psycopg.connect(dsn) as conn:
+        orders = sql.Identifier(f"{example_table}_orders")
+        items = conn.execute(sql.SQL("SELECT item FROM {} ORDER BY id").format(orders))
+        assert items.fetchall() == [("teapot",), ("cosy",)]
         jobs = conn.execute(
             sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(example_table))
         )

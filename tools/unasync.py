@@ -27,11 +27,17 @@ MODULES = [
         "pgqueue/sync/queue.py",
         "`Queue`: the queue's operations for sync code (threads, Flask, scripts).",
     ),
+    (
+        "pgqueue/aio/tasks.py",
+        "pgqueue/sync/tasks.py",
+        "`Task`: a function made a job kind of a `Queue` (`Queue.task`).",
+    ),
 ]
 
 # Whole words renamed, in code and in docstrings alike.
 RENAMES = {
     "AsyncQueue": "Queue",
+    "AsyncTask": "Task",
     "AsyncIterator": "Iterator",
     "__aenter__": "__enter__",
     "__aexit__": "__exit__",

@@ -25,6 +25,7 @@ from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from ..core.ops import Copy, Operation, Rows, Step, needs_transaction
+from ..core.pooling import check_pool_kwargs, pool_kwargs
 from ..sync import driver as sync_driver
 
 __all__ = ["CallerConnection", "Driver", "PoolTarget", "make_driver"]
@@ -149,14 +150,17 @@ class ThreadDriver:
 class Driver:
     """Chooses its implementation when first used, from the running event loop."""
 
-    def __init__(self, target: PoolTarget, *, max_size: int) -> None:
+    def __init__(self, target: PoolTarget, *, max_size: int, transaction_pooling: bool) -> None:
         if not isinstance(target, (str, AsyncConnectionPool, ConnectionPool)):
             raise TypeError(
                 "expected a DSN str, a psycopg_pool.AsyncConnectionPool or a "
                 f"psycopg_pool.ConnectionPool, not {type(target).__name__}"
             )
+        if not isinstance(target, str):
+            check_pool_kwargs(target.kwargs, transaction_pooling=transaction_pooling)
         self._target = target
         self._max_size = max_size
+        self._transaction_pooling = transaction_pooling
         self._impl: Impl | None = None
         self._lock = anyio.Lock()
 
@@ -192,16 +196,22 @@ class Driver:
         if isinstance(target, ConnectionPool):
             return ThreadDriver(sync_driver.Driver(target, owned=False))
         if on_asyncio():
+            kwargs = pool_kwargs(
+                sync_driver.connection_kwargs(target), transaction_pooling=self._transaction_pooling
+            )
             pool = AsyncConnectionPool(
                 target,
                 min_size=1,
                 max_size=self._max_size,
-                kwargs=sync_driver.connection_kwargs(target),
+                kwargs=kwargs,
                 open=False,
                 name="pgqueue",
             )
             return NativeDriver(pool, owned=True)
-        return ThreadDriver(sync_driver.make_driver(target, max_size=self._max_size))
+        sync = sync_driver.make_driver(
+            target, max_size=self._max_size, transaction_pooling=self._transaction_pooling
+        )
+        return ThreadDriver(sync)
 
     async def open(self, *, wait: bool = False) -> Impl:
         async with self._lock:
@@ -225,5 +235,5 @@ class Driver:
                 self._impl = None
 
 
-def make_driver(target: PoolTarget, *, max_size: int) -> Driver:
-    return Driver(target, max_size=max_size)
+def make_driver(target: PoolTarget, *, max_size: int, transaction_pooling: bool = False) -> Driver:
+    return Driver(target, max_size=max_size, transaction_pooling=transaction_pooling)

@@ -4,6 +4,7 @@
     pgqueue result 17             # succeeded (its value), dead (its error), cancelled...
     pgqueue limits                # every limit key: its limit, running and waiting jobs
     pgqueue limits set api 5      # at most 5 jobs with limit_key="api" run at once
+    pgqueue limits rate api 50    # ... and at most 50 of them start a second
 
 ``cancel`` exits 1 when an ID named is not in the queue (the others are
 cancelled all the same); ``result`` exits 1 when the job is neither in the
@@ -62,23 +63,30 @@ def add_control_commands(commands: Any, leaf: Leaf) -> None:
         commands,
         "limits",
         cmd_limits,
-        "list concurrency limits, or set one: limits set KEY N",
+        "list limits, or set one: limits set KEY N | limits rate KEY PER_SECOND",
         "Without arguments (or with `list`), list every limit key in use or set: its "
-        "limit, and its running and waiting jobs. `limits set KEY N` lets at most N jobs "
-        "enqueued with that limit key run at once, over every worker (0 holds them all "
-        "back; a key never set runs one at a time).",
+        "limit, its running and waiting jobs, and its rate. `limits set KEY N` lets at most "
+        "N jobs enqueued with that limit key run at once, over every worker (0 holds them "
+        "all back; a key never set runs one at a time). `limits rate KEY PER_SECOND "
+        "[--burst N]` lets them start at most PER_SECOND a second (`none` removes the rate).",
         prepare=prepare_limits,
     )
     limits.add_argument(
-        "action", nargs="?", choices=("list", "set"), help="list (the default) or set"
+        "action", nargs="?", choices=("list", "set", "rate"), help="list (the default), set, rate"
     )
-    limits.add_argument("key", nargs="?", metavar="KEY", help="with set: the limit key")
+    limits.add_argument("key", nargs="?", metavar="KEY", help="with set or rate: the limit key")
     limits.add_argument(
-        "max_running",
+        "value",
         nargs="?",
+        metavar="N|PER_SECOND",
+        help="with set: the most jobs of KEY that run at once (0 or more); with rate: the "
+        "most that start a second (a number above 0), or none",
+    )
+    limits.add_argument(
+        "--burst",
         type=non_negative_int,
         metavar="N",
-        help="with set: the most jobs of KEY that run at once (0 or more)",
+        help="with rate: how many may start at once after a pause (default: a second's worth)",
     )
 
 
@@ -173,26 +181,59 @@ def result_text(result: JobResult) -> str:
 
 
 def prepare_limits(args: argparse.Namespace) -> None:
-    """``limits [list]`` takes nothing more; ``limits set`` takes KEY and N."""
-    if args.action == "set":
-        if args.key is None or args.max_running is None:
-            raise UsageError("limits set takes a KEY and N: pgqueue limits set KEY N")
+    """``limits [list]`` takes nothing more; ``limits set`` takes KEY and N;
+    ``limits rate`` KEY and PER_SECOND (or none), and ``--burst``."""
+    if args.action in ("set", "rate"):
+        value = "N" if args.action == "set" else "PER_SECOND"
+        if args.key is None or args.value is None:
+            raise UsageError(
+                f"limits {args.action} takes a KEY and {value}: "
+                f"pgqueue limits {args.action} KEY {value}"
+            )
         try:
             args.key = limit_key(args.key)
         except argparse.ArgumentTypeError as exc:
             raise UsageError(f"KEY: {exc}") from None
-    elif args.key is not None or args.max_running is not None:
+        if args.action == "set":
+            args.value = _parsed("N", non_negative_int, args.value)
+        elif args.value.lower() == "none":
+            args.value = None
+        else:
+            args.value = _parsed("PER_SECOND", _number, args.value)
+    elif args.key is not None or args.value is not None:
         raise UsageError("to set a limit: pgqueue limits set KEY N")
+    if args.burst is not None and args.action != "rate":
+        raise UsageError("--burst goes with a rate: pgqueue limits rate KEY PER_SECOND --burst N")
+
+
+def _parsed(name: str, parse: Callable[[str], Any], text: str) -> Any:
+    try:
+        return parse(text)
+    except argparse.ArgumentTypeError as exc:
+        raise UsageError(f"{name}: {exc}") from None
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
 
 
 def cmd_limits(queue: Queue, args: argparse.Namespace) -> int:
-    """``pgqueue limits [list]`` and ``pgqueue limits set KEY N``."""
-    if args.action == "set":
-        queue.set_limit(args.key, args.max_running)
+    """``pgqueue limits [list]``, ``limits set KEY N`` and ``limits rate KEY PER_SECOND``."""
+    if args.action in ("set", "rate"):
+        if args.action == "set":
+            queue.set_limit(args.key, args.value)
+        else:
+            try:
+                queue.set_rate(args.key, args.value, burst=args.burst)
+            except (TypeError, ValueError) as exc:
+                raise UsageError(str(exc)) from None
         [state] = [s for s in queue.limits() if s.key == args.key]
         n = state.max_running
         text = (
-            f"limit {state.key} set: at most {n} running job{plural(n)} "
+            f"limit {state.key} set: at most {n} running job{plural(n)}{rate_text(state, ', ')} "
             f"({state.running} running, {state.waiting} waiting)"
         )
         emit(args, limit_json(state), text)
@@ -200,6 +241,13 @@ def cmd_limits(queue: Queue, args: argparse.Namespace) -> int:
     states = queue.limits()
     emit(args, [limit_json(s) for s in states], limits_text(states))
     return 0
+
+
+def rate_text(state: LimitState, before: str = "") -> str:
+    """A key's rate, as ``limits`` shows it; empty without one."""
+    if state.per_second is None:
+        return ""
+    return f"{before}at most {state.per_second:g}/s (burst {state.burst})"
 
 
 def limit_json(state: LimitState) -> dict[str, Any]:
@@ -210,6 +258,9 @@ def limit_json(state: LimitState) -> dict[str, Any]:
         "set": state.set,
         "running": state.running,
         "waiting": state.waiting,
+        "per_second": state.per_second,
+        "burst": state.burst,
+        "tokens": state.tokens,
     }
 
 
@@ -218,7 +269,13 @@ def limits_text(states: Sequence[LimitState]) -> str:
     if not states:
         return "no limits (no job has a limit key, and no limit was set)"
     rows: list[list[object]] = [
-        [s.key, s.max_running if s.set else f"{s.max_running} (default)", s.running, s.waiting]
+        [
+            s.key,
+            s.max_running if s.set else f"{s.max_running} (default)",
+            s.running,
+            s.waiting,
+            rate_text(s)[len("at most ") :] or "-",
+        ]
         for s in states
     ]
-    return table_text(["KEY", "LIMIT", "RUNNING", "WAITING"], rows, right=[2, 3])
+    return table_text(["KEY", "LIMIT", "RUNNING", "WAITING", "RATE"], rows, right=[2, 3])

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import enum
 import json
+import math
 import os
 import re
 import socket
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Final
 
 __all__ = [
     "DuplicateJob",
@@ -119,6 +120,8 @@ class Job:
     """The concurrency limit it counts against (`set_limit`), or None."""
     cancel_requested: bool = False
     """Whether `cancel` asked for this job to stop (as read when it was fetched)."""
+    trace_context: str | None = None
+    """The W3C ``traceparent`` of the span that enqueued it, or None (see docs/tracing.md)."""
 
     @property
     def orphaned(self) -> bool:
@@ -152,6 +155,7 @@ class Job:
             result_ttl=_seconds(row["result_ttl"]),
             limit_key=row["limit_key"],
             cancel_requested=row["cancel_requested"],
+            trace_context=row["trace_context"],
         )
 
     @classmethod
@@ -159,7 +163,7 @@ class Job:
         """Build a job from a row in the order of `pgqueue.core.sql.JOB_COLUMNS`."""
         (id_, kind, payload, attempts, max_attempts, status, run_at, last_error, locked_by,
          locked_at, created_at, queue, priority, unique_key, result_ttl, limit_key,
-         cancel_requested) = row  # fmt: skip
+         cancel_requested, trace_context) = row  # fmt: skip
         return cls(
             id=id_,
             kind=kind,
@@ -178,6 +182,7 @@ class Job:
             result_ttl=_seconds(result_ttl),
             limit_key=limit_key,
             cancel_requested=cancel_requested,
+            trace_context=trace_context,
         )
 
 
@@ -391,6 +396,33 @@ def validate_spec(
 def validate_limit_key(key: object) -> str:
     """The key of a concurrency limit (`limit_key=`, `set_limit`)."""
     return _validate_name(key, "limit_key")
+
+
+MAX_RATE: Final = 1_000_000.0  # jobs a second, for one key
+MAX_BURST: Final = 1_000_000
+
+
+def validate_rate(per_second: object, burst: object) -> tuple[float | None, int | None]:
+    """A rate limit (`set_rate`): jobs a second, and how many may start at
+    once after a pause (default: one second's worth, at least 1); None and
+    None to remove it."""
+    if per_second is None:
+        if burst is not None:
+            raise ValueError("a burst needs a rate: give per_second too")
+        return None, None
+    if isinstance(per_second, bool) or not isinstance(per_second, (int, float)):
+        raise TypeError(f"per_second must be a number, not {type(per_second).__name__}")
+    if not 0 < per_second <= MAX_RATE:  # NaN fails this too
+        raise ValueError(
+            f"per_second must be above 0 and at most {MAX_RATE:,.0f}, got {per_second}"
+        )
+    if burst is None:
+        burst = max(1, math.ceil(per_second))
+    if isinstance(burst, bool) or not isinstance(burst, int):
+        raise TypeError(f"burst must be an int, not {type(burst).__name__}")
+    if not 1 <= burst <= MAX_BURST:
+        raise ValueError(f"burst must be from 1 to {MAX_BURST:,}, got {burst}")
+    return float(per_second), burst
 
 
 def _validate_name(value: object, what: str) -> str:

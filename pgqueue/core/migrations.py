@@ -651,6 +651,29 @@ CREATE TABLE IF NOT EXISTS {limit_slots} (
     yield from _grant_like_queue_table(n, n.results, n.limits, n.limit_slots)
 
 
+def _trace_context(n: SchemaNames) -> Plan[None]:
+    # The W3C traceparent of the span that enqueued a job (docs/tracing.md),
+    # NULL for jobs enqueued while tracing is off. No default: adding it is a
+    # change to the catalog only, and a NULL takes no room in a row.
+    yield Query(n.render("ALTER TABLE {table} ADD COLUMN IF NOT EXISTS trace_context text"))
+
+
+def _rate_limits(n: SchemaNames) -> Plan[None]:
+    # Rate limits (docs/limits.md): a token bucket per key, beside its
+    # concurrency limit, in the same row. A key may have a rate and no
+    # limit set (max_running NULL: one job at a time, as without a row).
+    yield Query(
+        n.render("""
+ALTER TABLE {limits}
+    ALTER COLUMN max_running DROP NOT NULL,
+    ADD COLUMN IF NOT EXISTS per_second  double precision CHECK (per_second > 0),
+    ADD COLUMN IF NOT EXISTS burst       integer CHECK (burst >= 1),
+    ADD COLUMN IF NOT EXISTS tokens      double precision,
+    ADD COLUMN IF NOT EXISTS refilled_at timestamptz,
+    ADD CHECK ((per_second IS NULL) = (burst IS NULL))""")
+    )
+
+
 MIGRATIONS: Final[tuple[Migration, ...]] = (
     Migration(1, "queue table and its partial ready index", _table_and_ready_index),
     Migration(2, "checks on status and attempts, a default payload", _constraints),
@@ -664,7 +687,9 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
         _queues_priorities_unique_schedules,
     ),
     Migration(8, "cancellation, results and limits", _cancel_results_limits),
-    Migration(9, "partial index of dead jobs, for operators", _dead_index),
+    Migration(9, "the trace context of each job, for tracing", _trace_context),
+    Migration(10, "rate limits", _rate_limits),
+    Migration(11, "partial index of dead jobs, for operators", _dead_index),
 )
 LATEST_VERSION: Final = MIGRATIONS[-1].version
 

@@ -37,6 +37,7 @@ from .jobs import (
     validate_limit_key,
     validate_queue,
     validate_queues,
+    validate_rate,
     validate_spec,
     validate_specs,
     validate_status,
@@ -44,6 +45,7 @@ from .jobs import (
 )
 from .migrations import SchemaNames, install_plan, uninstall_plan, version_plan
 from .plans import Copy, Operation, Plan, Query, Rows, Step, drive, needs_transaction
+from .pooling import validate_transaction_pooling
 from .results import JobResult
 from .schedules import (
     Schedule,
@@ -55,6 +57,7 @@ from .schedules import (
 )
 from .sql import Statements
 from .states import Event, next_state
+from .tracing import Trace, enqueue_many_trace, enqueue_trace
 
 __all__ = [
     "Cancelled",
@@ -95,6 +98,9 @@ class Cycle:
     completed: list[int]
     failed: dict[int, JobStatus]
     claimed: list[Job]
+    # In how many seconds a key with a rate (`set_rate`) whose jobs the turn
+    # left for want of a token has one again; None if no key waits so.
+    token_in: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +140,9 @@ class LimitState:
     running: int
     waiting: int
     set: bool  # whether set_limit set it
+    per_second: float | None = None  # its rate, if set_rate set one
+    burst: int | None = None
+    tokens: float | None = None  # jobs it may start now, by its rate (whole ones count)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,8 +171,12 @@ class QueueCore:
         *,
         backoff: Backoff | None = None,
         history: bool = False,
+        transaction_pooling: bool = False,
     ) -> None:
         self.sql = Statements(table, history=history)
+        # Whether the queue's connections go through a transaction pooler
+        # (`pgqueue.core.pooling`): no prepared statements, no LISTEN on them.
+        self.transaction_pooling = validate_transaction_pooling(transaction_pooling)
         self.schema = SchemaNames.for_table(table)
         self.backoff = backoff if backoff is not None else Backoff()
         # Whether the table has limit slots, as the last worker's turn saw it
@@ -179,7 +192,12 @@ class QueueCore:
 
     def options(self) -> dict[str, Any]:
         """The keyword arguments that make another queue on this table behave like this one."""
-        return {"table": self.table, "backoff": self.backoff, "history": self.sql.history}
+        return {
+            "table": self.table,
+            "backoff": self.backoff,
+            "history": self.sql.history,
+            "transaction_pooling": self.transaction_pooling,
+        }
 
     @property
     def channel(self) -> str:
@@ -231,9 +249,16 @@ class QueueCore:
             result_ttl=result_ttl,
             limit_key=limit_key,
         )
-        return Operation(self._enqueue_one(spec), atomic=spec.limit_key is not None)
+        trace = enqueue_trace(self.table, spec.kind, spec.queue)
+        plan = self._enqueue_one(spec, trace)
+        return Operation(plan, atomic=spec.limit_key is not None, trace=trace)
 
-    def _enqueue_one(self, spec: ValidatedSpec) -> Plan[int]:
+    def _enqueue_one(self, spec: ValidatedSpec, trace: Trace) -> Plan[int]:
+        job_id = yield from self._insert_one(spec, trace.context)
+        trace.enqueued((job_id,))
+        return job_id
+
+    def _insert_one(self, spec: ValidatedSpec, trace_context: str | None) -> Plan[int]:
         params: dict[str, Any] = {
             "kind": spec.kind,
             "payload": spec.payload_json,
@@ -244,6 +269,7 @@ class QueueCore:
             "priority": spec.priority,
             "result_ttl": spec.result_ttl,
             "limit_key": spec.limit_key,
+            "trace_context": trace_context,
             "channel": self.channel,
         }
         if spec.limit_key is not None:
@@ -281,10 +307,13 @@ class QueueCore:
 
     def enqueue_many(self, specs: Iterable[SpecLike]) -> Operation[list[int]]:
         checked = validate_specs(specs)
+        # One span for the batch, whatever its size; its context on every job.
+        trace = enqueue_many_trace(self.table, len(checked))
 
         def plan() -> Plan[list[int]]:
             if not checked:
                 return []
+            context = trace.context
             # Unique jobs go one by one, each with its key's rule; the rest
             # are written together.
             plain = [s for s in checked if s.unique is None]
@@ -304,11 +333,11 @@ class QueueCore:
                     for i, s in zip(ids, plain, strict=True)
                 ]  # fmt: skip
                 if len(records) >= COPY_THRESHOLD or _too_heavy_for_arrays(plain):
-                    yield Copy(self.sql.copy_in, copy_text(records))
+                    copy = self.sql.copy_in if context is None else self.sql.copy_in_traced
+                    yield Copy(copy, copy_text(records, context))
                 else:
-                    yield Query(
-                        self.sql.insert_arrays, [list(col) for col in zip(*records, strict=True)]
-                    )
+                    columns = [list(col) for col in zip(*records, strict=True)]
+                    yield Query(self.sql.insert_arrays, [context, *columns])
                 kinds = sorted({s.kind for s in plain})
                 yield Query(self.sql.notify_kinds, (self.channel, kinds))
             plain_ids = iter(ids)
@@ -322,10 +351,11 @@ class QueueCore:
                 if s.unique is not None
             )
             for _, _, n in keyed:
-                out[n] = yield from self._enqueue_one(checked[n])
+                out[n] = yield from self._insert_one(checked[n], context)
+            trace.enqueued(out)
             return out
 
-        return Operation(plan(), atomic=True)
+        return Operation(plan(), atomic=True, trace=trace)
 
     # -- claim and outcomes ---------------------------------------------
 
@@ -437,7 +467,9 @@ class QueueCore:
             params |= _result_arrays(results)
 
         def plan() -> Plan[Cycle]:
-            ((done, failed, statuses, claimed, _, slots),) = yield Query(statement, params)
+            ((done, failed, statuses, claimed, _, slots, token_in),) = yield Query(
+                statement, params
+            )
             if plain and len(done) < len(params["done"]):
                 # A success held a slot or kept a result after all (or its
                 # lease was lost, and this finds it gone again).
@@ -456,10 +488,11 @@ class QueueCore:
                     *shape, more, True, min(limited_max, more), failures=False, plain=True
                 )
                 nothing = {**claim, "worker": worker, "done": []}
-                ((_, _, _, more, _, _),) = yield Query(again, nothing)
+                ((_, _, _, more, _, _, token_in),) = yield Query(again, nothing)
                 claimed = claimed + more
             written = {i: JobStatus(s) for i, s in zip(failed, statuses, strict=True)}
-            return Cycle(done, written, _in_claim_order(map(Job.from_json, claimed)))
+            jobs = _in_claim_order(map(Job.from_json, claimed))
+            return Cycle(done, written, jobs, token_in)
 
         return Operation(plan())
 
@@ -662,14 +695,31 @@ class QueueCore:
 
         return Operation(plan())
 
+    def set_rate(
+        self, key: str, per_second: float | None, burst: int | None = None
+    ) -> Operation[None]:
+        """Jobs with ``limit_key=key`` start at most ``per_second`` a second
+        over all workers, ``burst`` at once after a pause (default: one
+        second's worth); None removes the rate."""
+        key = validate_limit_key(key)
+        per_second, burst = validate_rate(per_second, burst)
+        params = {"key": key, "per_second": per_second, "burst": burst, "channel": self.channel}
+
+        def plan() -> Plan[None]:
+            yield Query(self.sql.set_rate, params)
+
+        return Operation(plan())
+
     def limits(self) -> Operation[list[LimitState]]:
         """Every limit key in use or set, by name."""
 
         def plan() -> Plan[list[LimitState]]:
             rows = yield Query(self.sql.limit_states)
             return [
-                LimitState(key, 1 if limit is None else limit, running, waiting, limit is not None)
-                for key, limit, running, waiting in rows
+                LimitState(
+                    key, 1 if limit is None else limit, running, waiting, limit is not None, *rate
+                )
+                for key, limit, running, waiting, *rate in rows
             ]
 
         return Operation(plan())
@@ -898,9 +948,11 @@ _COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\
 
 def copy_text(
     records: Iterable[tuple[int, str, str, datetime, int, str, int, timedelta | None, str | None]],
+    trace_context: str | None = None,
 ) -> bytes:
     """Rows of `INSERT_COLUMNS` (id, kind, payload JSON, run_at, max_attempts,
-    queue, priority, result_ttl, limit_key) in COPY's text format.
+    queue, priority, result_ttl, limit_key) in COPY's text format; with a
+    ``trace_context``, each row ends with it (for `Statements.copy_in_traced`).
 
     Formatting here, in one pass, costs a fraction of psycopg's per-row
     ``write_row`` for the simple types of a job. A batch repeats a few kinds
@@ -909,6 +961,7 @@ def copy_text(
     texts: dict[str, str] = {}  # kinds and queue names, escaped
     times: dict[datetime, str] = {}
     lines = []
+    end = "\n" if trace_context is None else f"\t{trace_context.translate(_COPY_ESCAPES)}\n"
     for job_id, kind, payload, run_at, max_attempts, queue, priority, ttl, key in records:
         k = texts.get(kind)
         if k is None:
@@ -926,7 +979,7 @@ def copy_text(
         if lk is None:
             assert key is not None
             lk = texts[key] = key.translate(_COPY_ESCAPES)
-        lines.append(f"{job_id}\t{k}\t{p}\t{t}\t{max_attempts}\t{q}\t{priority}\t{r}\t{lk}\n")
+        lines.append(f"{job_id}\t{k}\t{p}\t{t}\t{max_attempts}\t{q}\t{priority}\t{r}\t{lk}{end}")
     return "".join(lines).encode()
 
 

@@ -14,6 +14,8 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from .tracing import NO_TRACE, Trace
+
 __all__ = ["Copy", "Operation", "Plan", "Query", "Rows", "Step", "drive", "needs_transaction"]
 
 T = TypeVar("T")
@@ -42,10 +44,13 @@ Plan = Generator[Step, Rows, T]
 
 @dataclass(frozen=True, slots=True)
 class Operation(Generic[T]):
-    """A plan and whether its steps must share one transaction."""
+    """A plan, whether its steps must share one transaction, and its trace
+    (an enqueue's span, which the queue enters around the I/O; see
+    `pgqueue.core.tracing`)."""
 
     plan: Plan[T]
     atomic: bool = False
+    trace: Trace = NO_TRACE
 
 
 def needs_transaction(op: Operation[Any], *, autocommit: bool, idle: bool) -> bool:

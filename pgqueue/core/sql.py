@@ -51,6 +51,7 @@ JOB_COLUMNS: Final = (
     "result_ttl",
     "limit_key",
     "cancel_requested",
+    "trace_context",
 )
 # Columns read as an expression (`Job` takes plain values): the rest are read as they are.
 _READ_AS: Final = {
@@ -212,10 +213,11 @@ class Statements:
             """
 WITH job AS (
     INSERT INTO {table} (kind, payload, run_at, max_attempts, queue, priority, result_ttl,
-                         limit_key)
+                         limit_key, trace_context)
     VALUES (%(kind)s, %(payload)s::jsonb,
             COALESCE(%(run_at)s::timestamptz, now() + %(delay)s::interval), %(max_attempts)s,
-            %(queue)s, %(priority)s, %(result_ttl)s::interval, %(limit_key)s)
+            %(queue)s, %(priority)s, %(result_ttl)s::interval, %(limit_key)s,
+            %(trace_context)s)
     RETURNING id, kind
 )
 SELECT id, pg_notify(%(channel)s, kind)::text FROM job""",
@@ -230,17 +232,19 @@ SELECT id, pg_notify(%(channel)s, kind)::text FROM job""",
         unique_insert = """
 WITH job AS (
     INSERT INTO {table} (kind, payload, run_at, max_attempts, queue, priority,
-                         unique_key, unique_scope, result_ttl, limit_key)
+                         unique_key, unique_scope, result_ttl, limit_key, trace_context)
     VALUES (%(kind)s, %(payload)s::jsonb,
             COALESCE(%(run_at)s::timestamptz, now() + %(delay)s::interval), %(max_attempts)s,
             %(queue)s, %(priority)s, %(unique_key)s, {scope}, %(result_ttl)s::interval,
-            %(limit_key)s)
+            %(limit_key)s, %(trace_context)s)
     ON CONFLICT (unique_key) WHERE {predicate} {action}
     RETURNING id, kind
 )
 SELECT id, pg_notify(%(channel)s, kind)::text FROM job"""
-        # "replace" changes what the waiting job will do and when, not a started one.
-        replace = """DO UPDATE SET payload = EXCLUDED.payload, run_at = EXCLUDED.run_at
+        # "replace" changes what the waiting job will do and when, not a started one;
+        # its run now belongs to the trace of the enqueue that replaced it.
+        replace = """DO UPDATE SET payload = EXCLUDED.payload, run_at = EXCLUDED.run_at,
+                  trace_context = EXCLUDED.trace_context
      WHERE {table}.status = 'pending'"""
         # (scope, replace) -> the insert; and scope -> the holder of a key.
         self.unique_inserts: dict[tuple[str, bool], bytes] = {}
@@ -274,11 +278,11 @@ WITH lease AS (
     RETURNING job_id
 ), job AS (
     INSERT INTO {table} (id, kind, payload, run_at, max_attempts, queue, priority,
-                         unique_key, unique_scope, result_ttl, limit_key)
+                         unique_key, unique_scope, result_ttl, limit_key, trace_context)
     SELECT job_id, %(kind)s, %(payload)s::jsonb,
            COALESCE(%(run_at)s::timestamptz, now() + %(delay)s::interval), %(max_attempts)s,
            %(queue)s, %(priority)s, %(unique_key)s, 'window', %(result_ttl)s::interval,
-           %(limit_key)s
+           %(limit_key)s, %(trace_context)s
       FROM lease
     RETURNING id, kind
 )
@@ -295,7 +299,8 @@ SELECT id, pg_notify(%(channel)s, kind)::text FROM job""",
 WITH job AS (
     UPDATE {table}
        SET payload = %(payload)s::jsonb,
-           run_at = COALESCE(%(run_at)s::timestamptz, now() + %(delay)s::interval)
+           run_at = COALESCE(%(run_at)s::timestamptz, now() + %(delay)s::interval),
+           trace_context = %(trace_context)s
      WHERE id = %(existing)s AND status = 'pending'
     RETURNING id, kind
 )
@@ -315,16 +320,22 @@ SELECT id, pg_notify(%(channel)s, kind)::text FROM job""",
 SELECT now(), array(SELECT nextval((SELECT pg_get_serial_sequence(%s, 'id')::regclass))
                       FROM generate_series(1, %s))""",
         )
-        # enqueue_many, step 2 for small batches: one INSERT from arrays.
+        # enqueue_many, step 2 for small batches: one INSERT from arrays, and
+        # the batch's trace context (or NULL) for every row.
         self.insert_arrays = _render(
             """
-INSERT INTO {table} ({insert_cols})
-SELECT * FROM unnest(%s::bigint[], %s::text[], %s::jsonb[], %s::timestamptz[], %s::integer[],
-                     %s::text[], %s::smallint[], %s::interval[], %s::text[])""",
+INSERT INTO {table} ({insert_cols}, trace_context)
+SELECT *, %s::text FROM unnest(%s::bigint[], %s::text[], %s::jsonb[], %s::timestamptz[],
+                               %s::integer[], %s::text[], %s::smallint[], %s::interval[],
+                               %s::text[])""",
             **names,
         )
-        # enqueue_many, step 2 for large batches.
+        # enqueue_many, step 2 for large batches; with a trace context, one
+        # more column (`copy_text`).
         self.copy_in = _render("COPY {table} ({insert_cols}) FROM STDIN", **names)
+        self.copy_in_traced = _render(
+            "COPY {table} ({insert_cols}, trace_context) FROM STDIN", **names
+        )
         # enqueue_many, step 3: one notification per kind, not per row.
         self.notify_kinds = _render("SELECT pg_notify(%s, k)::text FROM unnest(%s::text[]) AS k")
 
@@ -419,7 +430,25 @@ picked AS (
         # one job at a time. These CTEs come first in a claim's WITH (a
         # data-modifying CTE must be at the top); with no limits in use they
         # read one empty index.
+        #
+        # A key with a rate (`set_rate`) has a token bucket in its limits
+        # row, refilled at `per_second` up to `burst`: a claim locks the
+        # buckets of the keys it may serve (SKIP LOCKED: a key whose bucket
+        # another claim holds is that claim's to serve), takes at most as
+        # many jobs as whole tokens, and writes back what is left (`spent`).
+        # FOR UPDATE reads a bucket as last committed, whatever the
+        # statement's snapshot: two claims never spend one token.
         limited = """
+bucket AS (
+    SELECT m.limit_key, m.per_second,
+           least(m.burst, m.tokens + m.per_second
+                 * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
+      FROM {limits} AS m
+     WHERE m.per_second IS NOT NULL
+       AND EXISTS (SELECT FROM {table} AS t
+                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+                      AND t.run_at <= now(){served})
+       FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
            row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
@@ -438,12 +467,20 @@ free AS (
                AND EXISTS (SELECT FROM {table} AS t
                             WHERE t.status = 'pending' AND t.limit_key = s.limit_key
                               AND t.run_at <= now(){served})
+               -- A key with a rate: only with a token, in a bucket this claim holds.
+               AND NOT EXISTS (SELECT FROM {limits} AS r
+                                WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
+                                  AND NOT EXISTS (SELECT FROM bucket AS b
+                                                   WHERE b.limit_key = r.limit_key
+                                                     AND b.tokens >= 1))
              ORDER BY limit_key, slot
              LIMIT {limit}
              FOR UPDATE SKIP LOCKED) AS s),
 limited AS (
     SELECT x.id, x.attempts, f.limit_key, f.slot
-      FROM (SELECT limit_key, count(*) AS free FROM free GROUP BY limit_key) AS k
+      FROM (SELECT f.limit_key, least(count(*), min(floor(b.tokens))::bigint) AS free
+              FROM free AS f LEFT JOIN bucket AS b ON b.limit_key = f.limit_key
+             GROUP BY f.limit_key) AS k
      CROSS JOIN LATERAL (
            SELECT y.id, y.attempts, row_number() OVER () AS n
              FROM (SELECT id, attempts FROM {table} AS t
@@ -457,7 +494,15 @@ taken AS (
     UPDATE {slots} AS s
        SET job_id = l.id, attempt = l.attempts + 1, taken_at = now()
       FROM limited AS l
-     WHERE s.limit_key = l.limit_key AND s.slot = l.slot)"""
+     WHERE s.limit_key = l.limit_key AND s.slot = l.slot),
+spent AS (
+    UPDATE {limits} AS m
+       SET tokens = b.tokens - (SELECT count(*) FROM limited AS l
+                                 WHERE l.limit_key = b.limit_key),
+           refilled_at = now()
+      FROM bucket AS b
+     WHERE m.limit_key = b.limit_key
+    RETURNING b.per_second, m.tokens)"""
         # Which limited jobs a claim serves (t: a job row).
         served_queues = """
                               AND NOT EXISTS (SELECT FROM {queues} AS q
@@ -717,7 +762,8 @@ SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM done),
        (SELECT coalesce(array_agg(status), '{{}}') FROM failed),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        {told},
-       EXISTS (SELECT FROM {slots})
+       EXISTS (SELECT FROM {slots}),
+       {wake}
   FROM relax"""
         )
         worker_done = sql.SQL(done).format(
@@ -740,7 +786,8 @@ SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM done),
             "\nfailed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false)"
         )
 
-        # The worker's turn, by shape: see `turn`.
+        # The worker's turn, by shape: see `turn`. Its last column: in how
+        # many seconds a key it left jobs of for want of a token has one.
         self._turn_parts = (cycle, worker_done, plain_done, failure_ctes, no_failures, told, names)
         # As shown in docs/design.md: a worker's turn and a claim, for the
         # default batch sizes.
@@ -1014,7 +1061,33 @@ SELECT (SELECT count(*) FROM limit_row), (SELECT count(*) FROM added),
        (SELECT count(*) FROM removed), pg_notify(%(channel)s, '')""",
             **names,
         )
-        # Every key with a limit or a slot: its limit, running and waiting jobs.
+        # set_rate: a key's token bucket (full when new), and its first slot
+        # (one job at a time until set_limit). A new rate keeps the tokens
+        # the old one had filled, up to the new burst; None takes it away.
+        self.set_rate = _render(
+            """
+WITH rate_row AS (
+    INSERT INTO {limits} AS m (limit_key, max_running, per_second, burst, tokens, refilled_at)
+    VALUES (%(key)s, NULL, %(per_second)s::double precision, %(burst)s::integer,
+            %(burst)s::integer, now())
+    ON CONFLICT (limit_key) DO UPDATE
+       SET per_second = EXCLUDED.per_second, burst = EXCLUDED.burst,
+           tokens = CASE WHEN m.per_second IS NULL OR EXCLUDED.per_second IS NULL
+                         THEN EXCLUDED.tokens
+                         ELSE least(EXCLUDED.burst, m.tokens + m.per_second
+                                    * extract(epoch FROM now() - m.refilled_at)::double precision)
+                    END,
+           refilled_at = EXCLUDED.refilled_at, changed_at = now()
+    RETURNING 1
+), first_slot AS (
+    INSERT INTO {slots} (limit_key, slot) VALUES (%(key)s, 1) ON CONFLICT DO NOTHING RETURNING 1
+)
+SELECT (SELECT count(*) FROM rate_row), (SELECT count(*) FROM first_slot),
+       pg_notify(%(channel)s, '')""",
+            **names,
+        )
+        # Every key with a limit or a slot: its limit, running and waiting
+        # jobs, and its rate with the tokens it has now.
         self.limit_states = _render(
             """
 WITH keys AS (
@@ -1023,7 +1096,10 @@ WITH keys AS (
 SELECT k.limit_key, m.max_running,
        (SELECT count(*) FROM {slots} AS s WHERE s.limit_key = k.limit_key AND s.job_id IS NOT NULL),
        (SELECT count(*) FROM {table} AS t
-         WHERE t.status = 'pending' AND t.limit_key = k.limit_key)
+         WHERE t.status = 'pending' AND t.limit_key = k.limit_key),
+       m.per_second, m.burst,
+       least(m.burst, m.tokens + m.per_second
+             * extract(epoch FROM now() - m.refilled_at)::double precision)
   FROM keys AS k LEFT JOIN {limits} AS m ON m.limit_key = k.limit_key
  ORDER BY 1""",
             **names,
@@ -1190,6 +1266,7 @@ SELECT EXISTS (SELECT FROM s), (SELECT id FROM job),
         successes are those that hold no limit slot and keep no result
         (and it takes no result parameters)."""
         cycle, full_done, plain_done, failure_ctes, no_failures, told, names = self._turn_parts
+        wake = "(SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)"
         limited_max = limit if limited_max is None else min(limited_max, limit)
 
         def render() -> bytes:
@@ -1211,6 +1288,7 @@ SELECT EXISTS (SELECT FROM s), (SELECT id FROM job),
                 limited=ctes,
                 claim=update,
                 told=told(*sources) if sources else sql.SQL("0"),
+                wake=sql.SQL(wake if limited else "NULL::double precision"),
                 **names,
             )
 

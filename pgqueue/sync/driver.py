@@ -15,6 +15,7 @@ from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from ..core.ops import Copy, Operation, Rows, Step, drive, needs_transaction
+from ..core.pooling import check_pool_kwargs, pool_kwargs
 
 __all__ = ["CallerConnection", "Driver", "PoolTarget", "make_driver", "run_on"]
 
@@ -68,7 +69,7 @@ def connection_kwargs(conninfo: str, kwargs: dict[str, Any] | None = None) -> di
     return {**(kwargs or {}), "autocommit": True, **extra}
 
 
-def make_pool(conninfo: str, *, max_size: int) -> ConnectionPool:
+def make_pool(conninfo: str, *, max_size: int, transaction_pooling: bool = False) -> ConnectionPool:
     """The pool a queue opens for itself from a DSN."""
     return ConnectionPool(
         conninfo,
@@ -76,7 +77,7 @@ def make_pool(conninfo: str, *, max_size: int) -> ConnectionPool:
         max_size=max_size,
         # One statement is one transaction: a claim or a batch completion
         # costs one round trip. Multi-step plans open their own transaction.
-        kwargs=connection_kwargs(conninfo),
+        kwargs=pool_kwargs(connection_kwargs(conninfo), transaction_pooling=transaction_pooling),
         open=False,
         name="pgqueue",
     )
@@ -143,11 +144,13 @@ class Driver:
             self.pool.close()
 
 
-def make_driver(target: PoolTarget, *, max_size: int) -> Driver:
+def make_driver(target: PoolTarget, *, max_size: int, transaction_pooling: bool = False) -> Driver:
     if isinstance(target, ConnectionPool):
+        check_pool_kwargs(target.kwargs, transaction_pooling=transaction_pooling)
         return Driver(target, owned=False)
     if isinstance(target, str):
-        return Driver(make_pool(target, max_size=max_size), owned=True)
+        pool = make_pool(target, max_size=max_size, transaction_pooling=transaction_pooling)
+        return Driver(pool, owned=True)
     raise TypeError(
         f"expected a DSN str or a psycopg_pool.ConnectionPool, not {type(target).__name__}"
     )

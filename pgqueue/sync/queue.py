@@ -5,10 +5,10 @@ Generated from ``pgqueue/aio/queue.py`` by ``tools/unasync.py``: do not edit.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 from ..core.backoff import Backoff
 from ..core.jobs import DEFAULT_QUEUE, Job, JobSpec, JobStatus, Stats, default_worker_name
@@ -16,10 +16,18 @@ from ..core.ops import Cancelled, Cycle, Failure, Heartbeat, LimitState, QueueCo
 from ..core.results import JobResult
 from ..core.schedules import Schedule, ScheduleState, Tick
 from ..core.states import Event
+from ..core.tasks import TaskDefaults, TaskDefinition, TaskRegistry
 from .driver import CallerConnection, PoolTarget, make_driver
+from .tasks import Task
 from .waiting import wait_for_result
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
 __all__ = ["Queue"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class Queue:
@@ -35,6 +43,12 @@ class Queue:
 
     Every method validates its arguments before it touches the database: a
     bad argument raises `TypeError` or `ValueError` and writes nothing.
+
+    ``transaction_pooling=True`` says that the DSN (or pool) reaches the
+    server through a transaction pooler such as PgBouncer in transaction
+    mode: the queue's connections prepare no statements (a pool of yours
+    must be built with ``kwargs={"prepare_threshold": None}``), and neither
+    a worker nor `wait` LISTENs through it (docs/pgbouncer.md).
     """
 
     def __init__(
@@ -45,9 +59,16 @@ class Queue:
         backoff: Backoff | None = None,
         max_connections: int = 10,
         history: bool = False,
+        transaction_pooling: bool = False,
     ) -> None:
-        self.core = QueueCore(table, backoff=backoff, history=history)
-        self._driver = make_driver(conninfo_or_pool, max_size=max_connections)
+        self.core = QueueCore(
+            table, backoff=backoff, history=history, transaction_pooling=transaction_pooling
+        )
+        self._driver = make_driver(
+            conninfo_or_pool, max_size=max_connections, transaction_pooling=transaction_pooling
+        )
+        # Written by `task`; read by the workers made for this queue.
+        self.tasks = TaskRegistry()
 
     @property
     def table(self) -> str:
@@ -168,7 +189,53 @@ class Queue:
             result_ttl=result_ttl,
             limit_key=limit_key,
         )
-        return self._driver.run(op, conn)
+        with op.trace:  # a span, when tracing is on (docs/tracing.md)
+            return self._driver.run(op, conn)
+
+    @overload
+    def task(self, fn: Callable[P, R], /) -> Task[P, R]: ...
+
+    @overload
+    def task(
+        self, /, *, kind: str | None = None, **defaults: Unpack[TaskDefaults]
+    ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+
+    def task(
+        self,
+        fn: Callable[P, R] | None = None,
+        /,
+        *,
+        kind: str | None = None,
+        **defaults: Unpack[TaskDefaults],
+    ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
+        """Make a function a task of this queue: a job kind whose jobs call it.
+
+            @queue.task
+            def send_receipt(order_id: int) -> None: ...
+
+            @queue.task(kind="reports.nightly", queue="reports", max_attempts=1)
+            def nightly_report(day: str) -> None: ...
+
+            send_receipt.enqueue(42)
+
+        Returns an `Task` (calling it still calls the function). ``kind``
+        defaults to the function's module-qualified name; ``defaults`` are
+        job options of `enqueue` (``queue``, ``priority``, ``max_attempts``,
+        ``delay``, ``unique_key``, ``unique``, ``unique_for``,
+        ``on_duplicate``, ``result_ttl``, ``limit_key``) for every job of the
+        task; ``unique_key`` and ``limit_key`` may be functions of the
+        task's arguments. The task is registered with the queue: a worker
+        made for it runs its jobs (docs/tasks.md). A bad option, or a
+        second function for a kind the queue has, raises `TypeError` or
+        `ValueError` here.
+        """
+
+        def make(fn: Callable[P, R]) -> Task[P, R]:
+            definition = TaskDefinition(fn, kind, defaults)
+            self.tasks.add(definition)
+            return Task(self, definition, definition.options)
+
+        return make if fn is None else make(fn)
 
     def enqueue_many(
         self,
@@ -181,7 +248,9 @@ class Queue:
         Every spec is validated before anything is written. Large batches
         are written with ``COPY``; one notification is sent per kind.
         """
-        return self._driver.run(self.core.enqueue_many(specs), conn)
+        op = self.core.enqueue_many(specs)
+        with op.trace:  # one span for the batch, when tracing is on
+            return self._driver.run(op, conn)
 
     def claim(
         self,
@@ -281,8 +350,17 @@ class Queue:
         under concurrent claims, crashes or retries (docs/limits.md)."""
         self._driver.run(self.core.set_limit(key, max_running))
 
+    def set_rate(self, key: str, per_second: float | None, *, burst: int | None = None) -> None:
+        """Let jobs enqueued with ``limit_key=key`` start at most ``per_second``
+        a second over every worker, and at most ``burst`` at once after a
+        pause (default: one second's worth); ``None`` removes the rate. The
+        key's concurrency limit (`set_limit`, 1 until set) still holds
+        (docs/limits.md)."""
+        self._driver.run(self.core.set_rate(key, per_second, burst))
+
     def limits(self) -> list[LimitState]:
-        """Every limit key set or in use: its limit, running and waiting jobs."""
+        """Every limit key set or in use: its limit, running and waiting jobs,
+        its rate."""
         return self._driver.run(self.core.limits())
 
     def pause_queue(self, name: str) -> None:

@@ -3,7 +3,8 @@
 A wait has a connection of its own: LISTEN on the table's results channel
 first, then look, then sleep until a notification names the job or the
 next poll is due (`WAIT_POLL`, the safety net), and look again. Looking
-first after LISTEN means no result can slip between the two.
+first after LISTEN means no result can slip between the two. Through a
+transaction pooler there is no LISTEN: the wait polls.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import psycopg.errors
 
 from ..core.jobs import Job, validate_ids
 from ..core.ops import QueueCore
+from ..core.pooling import wait_listens
 from ..core.results import (
     PROBE_LOCK_TIMEOUT,
     WAIT_POLL,
@@ -56,7 +58,8 @@ def wait_blocking(
     deadline = monotonic() + timeout
     mine = str(job_id)
     with psycopg.Connection.connect(conninfo, **connection_kwargs(conninfo, kwargs)) as conn:
-        conn.execute(core.sql.listen_results)
+        if wait_listens(transaction_pooling=core.transaction_pooling):
+            conn.execute(core.sql.listen_results)
         polls = 0
         seen = False  # the job was seen in the queue (or committed while probed)
         while stop is None or not stop.is_set():

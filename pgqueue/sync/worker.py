@@ -21,6 +21,7 @@ from ..aio.worker import AsyncWorker
 from ..core.events import EventListener
 from ..core.jobs import DEFAULT_QUEUE
 from ..core.schedules import Schedule
+from ..core.tasks import task_of
 from ..core.worker import Handlers, WorkerOptions, WorkerSettings
 from .queue import Queue
 
@@ -43,6 +44,11 @@ class Worker:
 
         worker.run()   # until stop(), SIGINT or SIGTERM
 
+    The queue's tasks (`Queue.task`, registered before the worker is
+    made) run beside the handlers given: a plain task in a thread, as any
+    handler; an ``async def`` task on the worker's own event loop (asyncio),
+    as on an `AsyncWorker`.
+
     It takes `AsyncWorker`'s keyword options (`WorkerOptions`), with the
     same meaning and defaults. A handler that
     overruns ``job_timeout`` cannot be killed (Python threads cannot be):
@@ -61,11 +67,12 @@ class Worker:
         if not isinstance(queue, Queue):
             raise TypeError(f"Worker needs a pgqueue.Queue, not {type(queue).__name__}")
         self.queue = queue
-        # The same table and pool, reached from worker threads.
+        for kind, fn in (handlers or {}).items():
+            _refuse_coroutine(kind, fn)
+        # The same table and pool, reached from worker threads. The queue's
+        # tasks run too; an ``async def`` task runs on the worker's event loop.
         threaded = AsyncQueue(queue._driver.pool, **queue.core.options())
-        self._worker = AsyncWorker(threaded, handlers, **options)
-        for kind in self._worker.handlers.kinds():
-            _refuse_coroutine(kind, self._worker.handlers.get(kind))
+        self._worker = AsyncWorker(threaded, queue.tasks.handlers(handlers), **options)
 
     @property
     def name(self) -> str:
@@ -138,5 +145,6 @@ class Worker:
 def _refuse_coroutine(kind: str, fn: Any) -> None:
     import inspect
 
-    if inspect.iscoroutinefunction(fn):
+    # A task's handler (a copied worker's) runs on the worker's event loop.
+    if inspect.iscoroutinefunction(fn) and task_of(fn) is None:
         raise TypeError(f"the handler for {kind!r} is async; use AsyncWorker for async handlers")

@@ -12,7 +12,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 import pgqueue
-from pgqueue import JobStatus
+from pgqueue import JobSpec, JobStatus
 from pgqueue.core import migrations
 from pgqueue.core.migrations import AUTOVACUUM_SETTINGS, LATEST_VERSION, MIGRATIONS
 from pgqueue.core.ops import QueueCore
@@ -514,6 +514,48 @@ async def test_an_unlimited_index_built_otherwise_is_refused(
     assert index_oid(raw, f"{table}_claim") is not None  # nothing changed
 
 
+# -- migration 9: the trace context ----------------------------------------------
+
+
+async def test_a_table_at_version_8_with_jobs_gains_the_trace_context_in_place(
+    dsn: str, table: str, backend: str, raw: Raw, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with monkeypatch.context() as patch:
+        patch.setattr(migrations, "MIGRATIONS", MIGRATIONS[:8])
+        assert run_on(raw.conn, QueueCore(table).install()) == ALL_VERSIONS[:8]
+    # Rows as pgqueue 8 wrote them: waiting, running (its worker gone), dead.
+    raw.rows(
+        """
+INSERT INTO {table} (kind, payload, status, attempts, locked_at, locked_by, last_error)
+VALUES ('mail', '1', 'pending', 0, NULL, NULL, NULL),
+       ('mail', '2', 'running', 1, now() - interval '1 hour', 'old-worker', NULL),
+       ('mail', '3', 'dead', 3, NULL, NULL, 'gave up')"""
+    )
+    ids = {r[1]: r[0] for r in raw.rows("SELECT id, payload FROM {table}")}
+    before = raw.rows("SELECT * FROM {table} ORDER BY id")
+    file = filenode(raw, table)
+
+    handled: list[tuple[int, str | None]] = []
+    async with open_queue(backend, dsn, table=table) as q:
+        assert await q.schema_version() == 8
+        assert await q.install() == ALL_VERSIONS[8:]
+        assert await q.schema_version() == LATEST_VERSION
+        # In place: no row rewritten, each one as it was, with no trace context.
+        assert filenode(raw, table) == file
+        assert raw.rows("SELECT * FROM {table} ORDER BY id") == [(*r, None) for r in before]
+
+        assert await q.reap(timedelta(minutes=5)) == [ids[2]]
+        assert await q.retry([ids[3]]) == 1
+
+        def handle(job: pgqueue.Job) -> None:
+            handled.append((job.payload, job.trace_context))
+
+        await WorkerUnderTest(backend, q, {"mail": handle}).run(until_empty=True)
+
+    assert sorted(handled) == [(1, None), (2, None), (3, None)]
+    assert raw.count() == 0
+
+
 # -- history --------------------------------------------------------------------
 
 
@@ -590,6 +632,24 @@ async def test_with_history_purged_dead_jobs_are_copied_as_dead(
     assert raw.one(f"SELECT last_error FROM {table}_history") == "gave up"
 
 
+async def test_a_table_at_version_9_keeps_its_limits_and_gains_rates_in_place(
+    dsn: str, table: str, backend: str, raw: Raw, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with open_queue(backend, dsn, table=table) as q:
+        with monkeypatch.context() as patch:
+            patch.setattr(migrations, "MIGRATIONS", MIGRATIONS[:9])
+            assert await q.install() == ALL_VERSIONS[:9]
+        await q.set_limit("api", 3)
+        held = await q.enqueue("k", limit_key="api")
+        assert await q.install() == ALL_VERSIONS[9:]
+        assert [j.id for j in await q.claim(5)] == [held]
+        assert await q.limits() == [pgqueue.LimitState("api", 3, 1, 0, True)]
+        await q.set_rate("api", 0.001, burst=1)
+        more = await q.enqueue_many([JobSpec("k", limit_key="api") for _ in range(2)])
+        assert [j.id for j in await q.claim(5)] == more[:1]
+        assert await q.claim(5) == []
+
+
 async def test_an_upgrade_grants_the_new_tables_to_the_roles_of_the_queue_table(
     dsn: str, table: str, backend: str, raw: Raw, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -630,20 +690,26 @@ async def test_an_upgrade_grants_the_new_tables_to_the_roles_of_the_queue_table(
             assert result is not None and result.outcome == "succeeded"
             assert [(s.key, s.running) for s in await q.limits()] == [("api", 0)]
             assert (await q.cancel(await q.enqueue("k"))).deleted
+            # Migration 10's rates, in the limits table.
+            await q.set_rate("api", 5.0)
+            again = await q.enqueue("k", limit_key="api")
+            assert [j.id for j in await q.claim(5)] == [again]
+            [state] = await q.limits()
+            assert (state.per_second, state.burst) == (5.0, 5)
     finally:
         raw.conn.execute(sql.SQL("DROP OWNED BY {role}").format(**names))
         raw.conn.execute(sql.SQL("DROP ROLE {role}").format(**names))
 
 
-# -- migration 9: the dead jobs' index ----------------------------------------------
+# -- migration 11: the dead jobs' index ----------------------------------------------
 
 
 def dead_index(raw: Raw, table: str) -> int | None:
-    """The oid of the dead jobs' index (migration 9), or None."""
+    """The oid of the dead jobs' index (migration 11), or None."""
     return raw.one("SELECT to_regclass(%s)::oid", f"{table}_dead")
 
 
-async def test_a_table_at_version_8_gains_the_dead_index_in_place(
+async def test_a_table_at_version_10_gains_the_dead_index_in_place(
     dsn: str, table: str, backend: str, raw: Raw
 ) -> None:
     async with open_queue(backend, dsn, table=table) as q:
@@ -652,10 +718,10 @@ async def test_a_table_at_version_8_gains_the_dead_index_in_place(
         [job] = await q.claim(1, worker="w")
         await q.fail(job, "boom")
         raw.rows(f"DROP INDEX {table}_dead")
-        raw.rows("DELETE FROM pgqueue_schema WHERE queue_table = %s AND version > 8", table)
+        raw.rows("DELETE FROM pgqueue_schema WHERE queue_table = %s AND version > 10", table)
         rows = raw.rows("SELECT * FROM {table} ORDER BY id")
 
-        assert await q.install() == ALL_VERSIONS[8:]
+        assert await q.install() == ALL_VERSIONS[10:]
         assert raw.rows("SELECT * FROM {table} ORDER BY id") == rows
         assert dead_index(raw, table) is not None
         raw.rows("SET enable_seqscan = off")
@@ -670,9 +736,9 @@ async def test_a_dead_index_built_concurrently_beforehand_is_kept(
     async with open_queue(backend, dsn, table=table) as q:
         await q.install()
         raw.rows(f"DROP INDEX {table}_dead")
-        raw.rows("DELETE FROM pgqueue_schema WHERE queue_table = %s AND version > 8", table)
+        raw.rows("DELETE FROM pgqueue_schema WHERE queue_table = %s AND version > 10", table)
         raw.rows(f"CREATE INDEX CONCURRENTLY {table}_dead ON {{table}} (id) WHERE status = 'dead'")
         built = dead_index(raw, table)
 
-        assert await q.install() == ALL_VERSIONS[8:]
+        assert await q.install() == ALL_VERSIONS[10:]
         assert dead_index(raw, table) == built

@@ -24,6 +24,7 @@ from pgqueue import Job, JobStatus
 from pgqueue.core.jobs import LEASE_EXPIRED
 from pgqueue.core.ops import Cycle, Failure, Heartbeat, QueueCore
 from pgqueue.core.schedules import Schedule, Tick
+from pgqueue.core.tasks import TaskRegistry
 
 
 class FakeQueue:
@@ -31,6 +32,7 @@ class FakeQueue:
 
     def __init__(self) -> None:
         self.core = QueueCore(self.table)
+        self.tasks = TaskRegistry()  # none: the tests give handlers
         self.jobs: dict[int, Job] = {}  # pending, running and dead; succeeded ones are deleted
         self.succeeded: list[int] = []
         self.results: dict[int, str] = {}  # the return values written with successes

@@ -37,6 +37,11 @@ DATABASE_ERRORS = (
     psycopg.InterfaceError,
     psycopg_pool.PoolTimeout,
     TimeoutError,  # a call past its deadline (`Calls`)
+    # What psycopg raises when a connection answers out of turn: behind a
+    # transaction pooler, a server session terminated in the middle of a
+    # transaction (a restart, pg_terminate_backend) leaves its error for the
+    # client's next command, which then gets two results.
+    psycopg.InternalError,
 )
 
 

@@ -126,9 +126,10 @@ class Completer:
         queues: Sequence[str] | None,
         claim_bytes: int | None,
         limited_max: int | None = None,
-    ) -> tuple[list[Job], int]:
+    ) -> tuple[list[Job], int, float | None]:
         """Write every outcome waiting and claim up to ``limit`` jobs, in one
-        statement; return the jobs claimed and how many outcomes it carried."""
+        statement; return the jobs claimed, how many outcomes it carried, and
+        `Cycle.token_in`."""
         batch = self._take()
         succeeded, failures, results = _split(batch)
         plain = not any(job.limit_key or job.result_ttl for job, o in batch if o.failure is None)
@@ -142,7 +143,7 @@ class Completer:
             self.progress.notify()
             raise
         self._recorded(batch, turn.completed, turn.failed)
-        return turn.claimed, len(batch)
+        return turn.claimed, len(batch), turn.token_in
 
     async def write(self) -> None:
         """Write every outcome waiting, in one statement."""

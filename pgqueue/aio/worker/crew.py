@@ -11,10 +11,13 @@ the next. Who owns what:
 | `Completer` | every write of an outcome | always |
 | `LeaseKeeper` | the heartbeat (cancels it reports go to the runners); lost leases | always |
 | `Reaper` | returning other workers' expired jobs | not ``until_empty`` |
-| `Notifier` | the LISTEN connection and its thread; whether it listens | not ``until_empty`` |
+| `Notifier` | the LISTEN connection and its thread; `listening` | not ``until_empty``; (*) |
 | `Calls` | the deadline and stall log of every database call | always |
 | `Reporter` | log lines and listener events | always |
 | `Scheduler` | the worker's schedules: their registration and ticks | with schedules |
+
+(*) Not through a transaction pooler without ``listen_conninfo``
+(`pgqueue.core.pooling.worker_listens`): the worker polls.
 
 The ledger (`pgqueue.core.ledger`) is where every job stands; only the
 component named beside each of its methods calls it.
@@ -29,6 +32,7 @@ import anyio
 
 from ...core.events import EventListener
 from ...core.ledger import Ledger
+from ...core.pooling import worker_listens
 from ...core.schedules import Schedule
 from ...core.worker import FLUSH_DEADLINE, Handlers, Outcome, WorkerSettings
 from .calls import Calls, WorkerQueue
@@ -68,7 +72,7 @@ class Crew:
             queue, self.calls, self.ledger, self.reporter, progress, worker=name
         )
         self.runners = Runners(settings, handlers, self.ledger, self.completer, demand,
-                               timed=bool(listeners))  # fmt: skip
+                               timed=bool(listeners), table=queue.table)  # fmt: skip
         self.fetcher = Fetcher(settings, queue, self.calls, self.ledger, self.completer,
                                self.runners, self.reporter, demand, progress)  # fmt: skip
         self.reaper = Reaper(settings, queue, self.calls, self.reporter, self.fetcher)
@@ -77,6 +81,11 @@ class Crew:
         self.notifier = Notifier(name, queue, self.fetcher.wakeup, self.fetcher.reached,
                                  conninfo=settings.listen_conninfo,
                                  cancel=self.runners.cancel)  # fmt: skip
+        # Not through a transaction pooler: the worker then polls, and the
+        # lease keeper looks for cancels every second (nobody listens).
+        self._listens = worker_listens(
+            settings.listen_conninfo, transaction_pooling=queue.core.transaction_pooling
+        )
         self.lease = LeaseKeeper(settings, queue, self.calls, self.ledger, self.runners.cancel,
                                  self.notifier)  # fmt: skip
         self.scheduler = (
@@ -110,7 +119,12 @@ class Crew:
             background.start_soon(self.completer.run)
             background.start_soon(self.lease.run)
             if not until_empty:
-                background.start_soon(self.notifier.run)
+                if self._listens:
+                    background.start_soon(self.notifier.run)
+                else:
+                    log.info("worker %s: no LISTEN through a transaction pooler (no "
+                             "listen_conninfo): polling every %ss", self.settings.name,
+                             self.settings.poll_interval)  # fmt: skip
                 background.start_soon(self.reaper.run)
             if self.scheduler is not None:
                 background.start_soon(self.scheduler.run)

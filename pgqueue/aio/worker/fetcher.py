@@ -71,6 +71,9 @@ class Fetcher:
     # Set by a claim that found nothing with no other in flight: whether
     # nothing was held either (the queue is drained).
     _found_nothing: bool | None = field(default=None, init=False)
+    # When a key with a rate, whose jobs the last claim left for want of a
+    # token, has one again (`Cycle.token_in`): the idle wait ends then.
+    _token_at: float = field(default=float("inf"), init=False)
     _shields: set[anyio.CancelScope] = field(default_factory=set, init=False)  # claims in flight
     _cut_at: float | None = field(default=None, init=False)  # when a stop gives up on claims
 
@@ -118,7 +121,8 @@ class Fetcher:
                         if self.ledger.busy():
                             await self.progress.wait()  # its outcome may free more work
                     else:
-                        await self.wakeup.wait_for(self.settings.poll_interval)
+                        token_in = self._token_at - anyio.current_time()
+                        await self.wakeup.wait_for(min(self.settings.poll_interval, token_in))
                 elif self._may_claim():
                     if not await self._orphans_first():
                         self._in_flight += 1
@@ -146,11 +150,12 @@ class Fetcher:
         quiet = not self.ledger.busy() and self._in_flight == 1
         jobs: list[Job] = []  # unless the claim returns before a stop gives up on it
         carried = 0
+        token_in: float | None = None
         try:
             # Shielded: a claim that committed is never dropped on the floor
             # (unless a stop finds it still waiting after the grace period).
             with self._shielded():
-                jobs, carried = await self.completer.cycle(
+                jobs, carried, token_in = await self.completer.cycle(
                     self._limit,
                     self.settings.kinds,
                     self.settings.queues,
@@ -169,6 +174,7 @@ class Fetcher:
         self._landed()
         self._errors = 0
         self.reached.set()
+        self._token_at = float("inf") if token_in is None else anyio.current_time() + token_in
         if jobs:
             # Ran dry waiting: claim earlier. Plenty left: claim later.
             if self.ledger.unstarted == 0:

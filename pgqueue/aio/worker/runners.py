@@ -8,7 +8,9 @@ one) goes to the completer.
 
 Each run has a `JobContext` (`pgqueue.job_context()`), set around the
 handler: in the runner task for an async handler, in the thread, job by
-job, for a plain one. A cancel (`cancel`, from the notifier or the lease
+job, for a plain one; and so has its span, when tracing is on
+(`pgqueue.core.tracing`): current there too, so that the handler's own
+spans are its children. A cancel (`cancel`, from the notifier or the lease
 keeper) stops an async handler through its runner's cancel scope, sets a
 plain handler's ``cancel_requested`` (it stops if it looks), and keeps a
 job not begun yet from ever starting.
@@ -28,6 +30,7 @@ import anyio.lowlevel
 import anyio.to_thread
 from anyio.abc import TaskStatus
 
+from ...core import tracing
 from ...core.context import CURRENT, JobContext
 from ...core.jobs import Job
 from ...core.ledger import Ledger, Phase
@@ -72,6 +75,7 @@ class Runners:
     completer: Completer
     demand: Wakeup  # the fetcher's: set once a batch at the low-water mark
     timed: bool  # run times are for listeners only
+    table: str = ""  # the queue's, for the spans of runs
     low_water: int = field(default=0, init=False)
     _work: Broadcast = field(default_factory=Broadcast, init=False)  # jobs handed out, or closed
     _closed: bool = field(default=False, init=False)
@@ -257,8 +261,13 @@ class Runners:
         job = context.job
         token = CURRENT.set(context)
         start = perf_counter() if self.timed else None
+        tracer = tracing.tracer
         try:
-            value = handler(job)
+            if tracer is None:
+                value = handler(job)
+            else:
+                with tracer.run(self.table, job, context.worker):
+                    value = handler(job)
             result = None if job.result_ttl is None else encode_result(value, job.kind)
         except Exception as exc:
             return context, exc, None, None if start is None else perf_counter() - start
@@ -299,7 +308,12 @@ class Runners:
                 raise MissingHandler(job.kind, self.handlers.kinds())
             with anyio.fail_after(timeout) if timeout is not None else _NO_TIMEOUT:
                 if is_async:
-                    value = await handler(job)
+                    tracer = tracing.tracer
+                    if tracer is None:
+                        value = await handler(job)
+                    else:
+                        with tracer.run(self.table, job, context.worker):
+                            value = await handler(job)
                     if job.result_ttl is not None:
                         result = encode_result(value, job.kind)
                 else:

@@ -45,9 +45,12 @@ class AsyncWorker:
 
         await worker.run()   # until stop(), SIGINT or SIGTERM
 
-    A handler receives the `Job`. Returning is success (the row is deleted);
-    raising is failure (retried with backoff, ``dead`` at ``max_attempts``);
-    running longer than ``job_timeout`` is a failure too. ``async def``
+    ``handlers`` maps job kinds to functions; the queue's tasks
+    (`AsyncQueue.task`, registered before the worker is made) are run too,
+    so a worker for a queue of tasks needs none. A handler receives the
+    `Job`. Returning is success (the row is deleted); raising is failure
+    (retried with backoff, ``dead`` at ``max_attempts``); running longer
+    than ``job_timeout`` is a failure too. ``async def``
     handlers run on the event loop; plain functions run in worker threads.
     Delivery is at least once: make handlers idempotent.
 
@@ -117,7 +120,8 @@ class AsyncWorker:
         claim_bytes: int | None = None,
     ) -> None:
         self.queue = queue
-        self.handlers = Handlers(handlers)
+        # The queue's tasks (`AsyncQueue.task`) and the handlers given.
+        self.handlers = Handlers(queue.tasks.handlers(handlers))
         self._event_listeners = listeners_from(on_event)
         self.settings = WorkerSettings.build(
             concurrency=concurrency,
@@ -241,8 +245,15 @@ class AsyncWorker:
             with suppress(anyio.RunFinishedError):
                 anyio.from_thread.run_sync(action, crew, token=token)
 
-    async def run(self, *, until_empty: bool = False) -> None:
-        """Work until `stop` (or, with ``until_empty``, until no job is ready or running)."""
+    async def run(self, *, until_empty: bool = False, handle_signals: bool | None = None) -> None:
+        """Work until `stop` (or, with ``until_empty``, until no job is ready or running).
+
+        ``handle_signals`` overrides the worker's setting for this run: False
+        when the program around the worker owns SIGINT and SIGTERM (a web
+        server running it in its lifespan) and calls `stop` itself.
+        """
+        if handle_signals is None:
+            handle_signals = self.handle_signals
         if self._crew is not None:
             raise RuntimeError(f"worker {self.name} is already running")
         crew = Crew(self.queue, self.settings, self.handlers, self._event_listeners,
@@ -262,7 +273,7 @@ class AsyncWorker:
             if self._stopping:
                 crew.stop()
             async with anyio.create_task_group() as tg:
-                if self.handle_signals and threading.current_thread() is threading.main_thread():
+                if handle_signals and threading.current_thread() is threading.main_thread():
                     tg.start_soon(self._on_signals, crew)
                 await crew.run(until_empty=until_empty)
                 tg.cancel_scope.cancel()

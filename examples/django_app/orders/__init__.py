@@ -1,0 +1,1 @@
+"""Orders, and the receipt each one sends."""

@@ -1,0 +1,76 @@
+"""A transaction pooler (PgBouncer in transaction mode) between a queue and its server.
+
+Such a pooler lends a server connection for one transaction at a time, so
+two statements of one client connection may run on two server sessions.
+pgqueue's statements keep no state between transactions (its advisory locks
+are ``xact`` ones, its settings ``set_config(..., true)``), so they pass
+through as they are; what does not pass is decided here, once, for both
+backends:
+
+* psycopg's prepared statements (made after a statement ran five times on a
+  connection) live in one server session: a queue told
+  ``transaction_pooling=True`` makes its connections with
+  ``prepare_threshold=None`` (`POOLER_KWARGS`), and refuses a pool of the
+  caller's that would prepare (`check_pool_kwargs`).
+* ``LISTEN`` holds a server session for as long as it should hear: through
+  the pooler it hears nothing (or another client's notifications). A worker
+  listens only on a direct connection (``listen_conninfo``) and otherwise
+  polls (`worker_listens`); `Queue.wait` polls (`wait_listens`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+__all__ = [
+    "POOLER_KWARGS",
+    "check_pool_kwargs",
+    "pool_kwargs",
+    "validate_transaction_pooling",
+    "wait_listens",
+    "worker_listens",
+]
+
+POOLER_KWARGS: Final[Mapping[str, Any]] = {"prepare_threshold": None}
+"""Connection keyword arguments for a connection through a transaction pooler."""
+
+
+def validate_transaction_pooling(value: object) -> bool:
+    """``transaction_pooling`` is a bool."""
+    if not isinstance(value, bool):
+        raise TypeError(f"transaction_pooling must be a bool, not {type(value).__name__}")
+    return value
+
+
+def pool_kwargs(kwargs: Mapping[str, Any], *, transaction_pooling: bool) -> dict[str, Any]:
+    """The keyword arguments a queue's own pool connects with: ``kwargs``, and
+    through a transaction pooler no prepared statements."""
+    return {**kwargs, **POOLER_KWARGS} if transaction_pooling else dict(kwargs)
+
+
+def check_pool_kwargs(kwargs: object, *, transaction_pooling: bool) -> None:
+    """Refuse a caller's pool that would prepare statements through a transaction
+    pooler (``kwargs`` that are a function are the caller's to get right)."""
+    if not transaction_pooling or callable(kwargs):
+        return
+    given = dict(kwargs or {}) if isinstance(kwargs, Mapping) or kwargs is None else {}
+    if given.get("prepare_threshold", 5) is not None:
+        raise ValueError(
+            "transaction_pooling=True: the pool's connections must not prepare statements "
+            "(a transaction pooler runs them on other server sessions); build the pool with "
+            "kwargs={'prepare_threshold': None}"
+        )
+
+
+def worker_listens(listen_conninfo: str | None, *, transaction_pooling: bool) -> bool:
+    """Whether a worker LISTENs: on ``listen_conninfo`` when given, else on a
+    connection made like the pool's, unless that goes through a transaction
+    pooler (the worker then finds its jobs by polling, every ``poll_interval``)."""
+    return listen_conninfo is not None or not transaction_pooling
+
+
+def wait_listens(*, transaction_pooling: bool) -> bool:
+    """Whether `Queue.wait` LISTENs for the job's result on its connection, or
+    only polls (through a transaction pooler)."""
+    return not transaction_pooling

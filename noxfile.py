@@ -44,9 +44,22 @@ def tests_core(session: nox.Session) -> None:
         "tests",
         "--ignore=tests/behaviour",
         "--ignore=tests/reliability",
+        "--ignore=tests/browser",
         "--ignore=tests/pgbouncer",
         backend="sync",
     )
+
+
+@nox.session(python=PYTHON)
+def browser(session: nox.Session) -> None:
+    """The web dashboard in a real browser: Debian's Chromium driven by Playwright.
+
+    Needs ``/usr/bin/chromium`` (``apt-get install chromium``; ``.ci/run``
+    installs it when missing) or ``PGQUEUE_TEST_CHROMIUM``; Playwright
+    downloads no browser of its own.
+    """
+    session.install("-e", ".[browser]")
+    session.run("pytest", *(session.posargs or ["tests/browser"]))
 
 
 # The behaviour modules that tests-pgbouncer runs through the pooler: the
@@ -129,5 +142,5 @@ def lint(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def typecheck(session: nox.Session) -> None:
     """mypy --strict on the package."""
-    session.install("-e", ".[embedded,prometheus,otel,django]", "mypy", "django-stubs")
+    session.install("-e", ".[embedded,prometheus,otel,django,web]", "mypy", "django-stubs")
     session.run("mypy", "--strict", "pgqueue")

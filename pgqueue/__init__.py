@@ -10,7 +10,7 @@ from .aio.tasks import AsyncTask
 from .aio.worker import AsyncWorker
 from .core.backoff import Backoff
 from .core.context import JobCancelled, JobContext, job_context
-from .core.events import EventName, JobEvent
+from .core.events import ActionName, EventName, JobEvent, OperatorAction
 from .core.jobs import DuplicateJob, Job, JobNotRunning, JobSpec, JobStatus, Stats
 from .core.migrations import IncompatibleTable, SchemaError, SchemaTooNew
 from .core.ops import Cancelled, LimitState, QueueState
@@ -22,6 +22,7 @@ from .sync.tasks import Task
 from .sync.worker import Worker
 
 __all__ = [
+    "ActionName",
     "AsyncQueue",
     "AsyncTask",
     "AsyncWorker",
@@ -43,6 +44,7 @@ __all__ = [
     "JobStatus",
     "LimitState",
     "NoResult",
+    "OperatorAction",
     "Queue",
     "QueueState",
     "ScheduleState",

@@ -20,6 +20,7 @@
     pgqueue worker myapp.jobs:worker                    # until SIGINT or SIGTERM
     pgqueue worker myapp.jobs:async_worker --trio       # an AsyncWorker on trio
     pgqueue bench                                       # throughput, beside the seed design
+    pgqueue dashboard                                   # the web dashboard, on 127.0.0.1:8787
 
 Every operator subcommand (all but ``worker`` and ``bench``) takes ``--dsn``
 (default ``$PGQUEUE_DSN``), ``--table`` (default ``$PGQUEUE_TABLE``, else
@@ -70,6 +71,7 @@ from .. import __version__
 from .. import bench as pgqueue_bench
 from ..core.migrations import SchemaError
 from .argtypes import kind_list, parse_duration, port, positive_int, queue_list
+from .dashboard import add_dashboard_command
 from .errors import OperationFailed, UsageError, one_line
 from .operate import add_operator_commands
 from .worker import LOG_LEVELS, run_worker
@@ -217,6 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pgqueue_bench.add_arguments(bench)
     bench.set_defaults(run=run_bench, subparser=bench)
+    add_dashboard_command(commands)
     return parser
 
 

@@ -17,9 +17,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 __all__ = [
+    "ActionListener",
+    "ActionName",
     "EventListener",
     "EventName",
     "JobEvent",
+    "OperatorAction",
     "check_listener",
     "first_line",
     "listeners_from",
@@ -98,6 +101,55 @@ class JobEvent:
 
 EventListener = Callable[[JobEvent], object]
 """A callable that receives every `JobEvent` of a worker."""
+
+
+class ActionName(enum.StrEnum):
+    """What an operator did, through the web dashboard (`pgqueue.web`)."""
+
+    RETRY = "retry"
+    """Dead jobs back to pending (`pgqueue.Queue.retry`)."""
+    PURGE = "purge"
+    """Dead jobs deleted for good."""
+    CANCEL = "cancel"
+    """Jobs cancelled (`pgqueue.Queue.cancel`): waiting and dead ones removed,
+    running ones asked to stop."""
+    PAUSE_QUEUE = "pause_queue"
+    RESUME_QUEUE = "resume_queue"
+    PAUSE_SCHEDULE = "pause_schedule"
+    RESUME_SCHEDULE = "resume_schedule"
+    TRIGGER_SCHEDULE = "trigger_schedule"
+    """A schedule's job enqueued now; `OperatorAction.job_ids` holds it."""
+    SET_LIMIT = "set_limit"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorAction:
+    """One action an operator took, reported once it is written.
+
+    >>> action = OperatorAction(ActionName.RETRY, "pgqueue_jobs", "alice", job_ids=(7, 8))
+    >>> f"{action.user} {action.name} {list(action.job_ids)}"
+    'alice retry [7, 8]'
+    """
+
+    name: ActionName
+    table: str
+    """The queue's table."""
+    user: str | None
+    """Who did it, as the dashboard's ``authorize`` hook named them; None if it did not."""
+    job_ids: tuple[int, ...] = ()
+    """The jobs the action changed (retried, purged, cancelled, enqueued)."""
+    target: str | None = None
+    """The queue, schedule or limit key acted on."""
+    detail: str | None = None
+    """More, in words: the filter of an action on every matching job, a limit's value."""
+    source: str = "dashboard"
+
+
+ActionListener = Callable[[OperatorAction], object]
+"""A callable that receives every `OperatorAction` of a dashboard."""
 
 
 def listeners_from(on_event: EventListener | Sequence[EventListener] | None) -> list[EventListener]:

@@ -320,7 +320,7 @@ VALUES ('mail', jsonb_build_object('n', 1), 'pending', 0, NULL, NULL, NULL, now(
     handled: list[int] = []
     async with open_queue(backend, dsn, table=table) as q:
         assert await q.schema_version() == 6
-        assert await q.install() == [7, 8, 9, 10]
+        assert await q.install() == ALL_VERSIONS[6:]
         assert await q.schema_version() == LATEST_VERSION
 
         # In place: no row rewritten (constant defaults), none lost or changed.
@@ -388,7 +388,7 @@ async def test_claim_and_unique_indexes_built_concurrently_beforehand_are_kept(
             patch.setattr(migrations, "MIGRATIONS", MIGRATIONS[:7])
             assert await q.install() == [7]
         assert [index_oid(raw, f"{table}_{name}") for name in PREBUILT_INDEXES] == built
-        assert await q.install() == [8, 9, 10]
+        assert await q.install() == ALL_VERSIONS[7:]
         first = await q.enqueue("a", unique_key="k", priority=5)
         assert await q.enqueue("a", unique_key="k") == first
         [job] = await q.claim(1)
@@ -427,7 +427,7 @@ async def test_an_invalid_claim_index_is_refused_until_it_is_dropped(
             await q.install()
         assert await q.schema_version() == 6
         raw.rows(f"DROP INDEX {table}_claim")
-        assert await q.install() == [7, 8, 9, 10]
+        assert await q.install() == ALL_VERSIONS[6:]
         assert len(await q.claim(5)) == 2
 
 
@@ -489,7 +489,7 @@ async def test_the_indexes_of_migration_8_built_concurrently_beforehand_are_kept
     assert None not in built
 
     async with open_queue(backend, dsn, table=table) as q:
-        assert await q.install() == [8, 9, 10]
+        assert await q.install() == ALL_VERSIONS[7:]
         assert [index_oid(raw, f"{table}_{name}") for name in ("unlimited", "limited")] == built
         assert index_oid(raw, f"{table}_claim") is None
         assert len(await q.claim(5)) == 3
@@ -538,7 +538,7 @@ VALUES ('mail', '1', 'pending', 0, NULL, NULL, NULL),
     handled: list[tuple[int, str | None]] = []
     async with open_queue(backend, dsn, table=table) as q:
         assert await q.schema_version() == 8
-        assert await q.install() == [9, 10]
+        assert await q.install() == ALL_VERSIONS[8:]
         assert await q.schema_version() == LATEST_VERSION
         # In place: no row rewritten, each one as it was, with no trace context.
         assert filenode(raw, table) == file
@@ -641,7 +641,7 @@ async def test_a_table_at_version_9_keeps_its_limits_and_gains_rates_in_place(
             assert await q.install() == ALL_VERSIONS[:9]
         await q.set_limit("api", 3)
         held = await q.enqueue("k", limit_key="api")
-        assert await q.install() == [10]
+        assert await q.install() == ALL_VERSIONS[9:]
         assert [j.id for j in await q.claim(5)] == [held]
         assert await q.limits() == [pgqueue.LimitState("api", 3, 1, 0, True)]
         await q.set_rate("api", 0.001, burst=1)
@@ -672,7 +672,7 @@ async def test_an_upgrade_grants_the_new_tables_to_the_roles_of_the_queue_table(
         raw.conn.execute(sql.SQL(statement).format(**names))
     try:
         async with open_queue(backend, dsn, table=table) as owner:
-            assert await owner.install() == [7, 8, 9, 10]
+            assert await owner.install() == ALL_VERSIONS[6:]
         async with open_queue(backend, make_conninfo(dsn, user=role), table=table) as q:
             job = await q.enqueue("k", unique_key="once", unique_for=timedelta(hours=1))
             await q.pause_queue("other")
@@ -699,3 +699,46 @@ async def test_an_upgrade_grants_the_new_tables_to_the_roles_of_the_queue_table(
     finally:
         raw.conn.execute(sql.SQL("DROP OWNED BY {role}").format(**names))
         raw.conn.execute(sql.SQL("DROP ROLE {role}").format(**names))
+
+
+# -- migration 11: the dead jobs' index ----------------------------------------------
+
+
+def dead_index(raw: Raw, table: str) -> int | None:
+    """The oid of the dead jobs' index (migration 11), or None."""
+    return raw.one("SELECT to_regclass(%s)::oid", f"{table}_dead")
+
+
+async def test_a_table_at_version_10_gains_the_dead_index_in_place(
+    dsn: str, table: str, backend: str, raw: Raw
+) -> None:
+    async with open_queue(backend, dsn, table=table) as q:
+        await q.install()
+        job_id = await q.enqueue("a", max_attempts=1)
+        [job] = await q.claim(1, worker="w")
+        await q.fail(job, "boom")
+        raw.rows(f"DROP INDEX {table}_dead")
+        raw.rows("DELETE FROM pgqueue_schema WHERE queue_table = %s AND version > 10", table)
+        rows = raw.rows("SELECT * FROM {table} ORDER BY id")
+
+        assert await q.install() == ALL_VERSIONS[10:]
+        assert raw.rows("SELECT * FROM {table} ORDER BY id") == rows
+        assert dead_index(raw, table) is not None
+        raw.rows("SET enable_seqscan = off")
+        plan = raw.rows("EXPLAIN SELECT id FROM {table} WHERE status = 'dead' ORDER BY id")
+        assert f"{table}_dead" in str(plan)
+        assert await q.retry([job_id]) == 1
+
+
+async def test_a_dead_index_built_concurrently_beforehand_is_kept(
+    dsn: str, table: str, backend: str, raw: Raw
+) -> None:
+    async with open_queue(backend, dsn, table=table) as q:
+        await q.install()
+        raw.rows(f"DROP INDEX {table}_dead")
+        raw.rows("DELETE FROM pgqueue_schema WHERE queue_table = %s AND version > 10", table)
+        raw.rows(f"CREATE INDEX CONCURRENTLY {table}_dead ON {{table}} (id) WHERE status = 'dead'")
+        built = dead_index(raw, table)
+
+        assert await q.install() == ALL_VERSIONS[10:]
+        assert dead_index(raw, table) == built

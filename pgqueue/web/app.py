@@ -1,0 +1,653 @@
+"""`Dashboard`: the pages, the actions, and who may see or do what."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import secrets
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime, timedelta
+from importlib import resources
+from typing import Any, Final
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+import psycopg
+import psycopg.errors
+from jinja2 import Environment, PackageLoader, select_autoescape
+from markupsafe import Markup
+from psycopg.conninfo import conninfo_to_dict
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from .. import __version__
+from ..aio.queue import AsyncQueue
+from ..core.dashboard import (
+    CAP,
+    SESSION_SETTINGS,
+    BadFilter,
+    DashboardCore,
+    JobFilter,
+    Throughput,
+    parse_ids,
+)
+from ..core.events import ActionListener, ActionName, OperatorAction, check_listener
+from ..core.jobs import DEFAULT_VISIBILITY_TIMEOUT, ROW_STATUSES, DuplicateJob
+from ..core.ops import Operation
+from ..core.schedules import UnknownSchedule
+from ..sync.driver import Driver, connection_kwargs
+from ..sync.queue import Queue
+from .chart import throughput_svg
+from .http import ASGIApp, Request, Response, WSGIApp, asgi_app, wsgi_app
+
+__all__ = ["ADMIN", "READ", "Authorize", "Dashboard"]
+
+log = logging.getLogger("pgqueue.web")
+
+ADMIN: Final = "admin"
+"""A role that may see every page and act (retry, purge, cancel, pause ...)."""
+READ: Final = "read"
+"""A role that may see every page and do nothing."""
+ROLES: Final = (ADMIN, READ)
+
+Authorize = Callable[[Request], str | None]
+"""The hook every request goes through: `ADMIN`, `READ`, or None (refused)."""
+
+CSRF_COOKIE: Final = "pgqueue_csrf"
+STATIC: Final = {
+    "htmx.min.js": "text/javascript; charset=utf-8",
+    "pgqueue.js": "text/javascript; charset=utf-8",
+    "pgqueue.css": "text/css; charset=utf-8",
+}
+# No inline script, no eval, no frame: what the pages need and nothing more.
+SECURITY_HEADERS: Final = [
+    (
+        "content-security-policy",
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    ),
+    ("x-content-type-options", "nosniff"),
+    ("referrer-policy", "same-origin"),
+    ("x-frame-options", "DENY"),
+    ("cache-control", "no-store"),
+]
+# What an action's redirect may say (by code: no text of the URL reaches the page).
+MESSAGES: Final = {
+    "retried": "{n} job(s) retried.",
+    "purged": "{n} job(s) purged.",
+    "cancelled": "{n} job(s) cancelled or asked to stop.",
+    "paused": "Queue paused.",
+    "resumed": "Queue resumed.",
+    "schedule-paused": "Schedule paused.",
+    "schedule-resumed": "Schedule resumed.",
+    "triggered": "Schedule triggered: job {n} enqueued.",
+    "overlap": "Not triggered: the schedule's previous job is still pending or running.",
+    "no-schedule": "No such schedule.",
+    "limit-set": "Limit set.",
+    "nothing": "Nothing selected.",
+}
+NAV: Final = (
+    ("overview", "/", "Overview"),
+    ("jobs", "/jobs", "Jobs"),
+    ("dead", "/dead", "Dead"),
+    ("running", "/running", "Running"),
+    ("queues", "/queues", "Queues"),
+    ("schedules", "/schedules", "Schedules"),
+    ("limits", "/limits", "Limits"),
+)
+
+
+class Dashboard:
+    """The web dashboard of one queue table: mount `asgi` or `wsgi` in your app.
+
+        dashboard = Dashboard("postgresql://localhost/app", authorize=lambda r: "admin")
+        app.mount("/pgqueue", dashboard.asgi)        # FastAPI, Starlette
+
+    ``authorize(request)`` is required: it sees every request (a `Request`,
+    with ``raw`` the ASGI scope or WSGI environ) and returns ``"admin"``
+    (see and act), ``"read"`` (see only) or None (refused: 403, or 401 with
+    ``login_challenge`` as its ``WWW-Authenticate``). It may set
+    ``request.user``, which actions report.
+
+    The dashboard opens a pool of its own (at most ``max_connections``) from
+    the DSN, or from the conninfo of the queue given: autocommit, and the
+    `pgqueue.core.dashboard.SESSION_SETTINGS` (a statement timeout among
+    them). ``secret`` signs the CSRF tokens: give the same one to every
+    process that serves the dashboard (default: random, per process).
+    ``on_action`` receives an `pgqueue.OperatorAction` for every action,
+    once it is written; every action is also logged (logger ``pgqueue.web``).
+    Pages refresh every ``refresh`` seconds while their tab is visible.
+    """
+
+    def __init__(
+        self,
+        target: str | Queue | AsyncQueue,
+        *,
+        authorize: Authorize,
+        table: str | None = None,
+        history: bool | None = None,
+        secret: str | bytes | None = None,
+        on_action: ActionListener | Sequence[ActionListener] | None = None,
+        refresh: float = 2.0,
+        visibility_timeout: timedelta = DEFAULT_VISIBILITY_TIMEOUT,
+        max_connections: int = 4,
+        allowed_origins: Iterable[str] = (),
+        login_challenge: str | None = None,
+    ) -> None:
+        if not callable(authorize):
+            raise TypeError("authorize must be a callable: request -> 'admin', 'read' or None")
+        if isinstance(target, (Queue, AsyncQueue)):
+            conninfo = target.conninfo
+            table = target.table if table is None else table
+            history = target.core.sql.history if history is None else history
+        elif isinstance(target, str):
+            conninfo = target
+        else:
+            raise TypeError(
+                f"expected a DSN str or a pgqueue.Queue/AsyncQueue, not {type(target).__name__}"
+            )
+        if isinstance(refresh, bool) or not isinstance(refresh, (int, float)) or refresh < 0:
+            raise ValueError("refresh must be a number of seconds, 0 for never")
+        self.core = DashboardCore(table or "pgqueue_jobs", history=bool(history))
+        self.table = self.core.queue.table
+        self.authorize = authorize
+        self.refresh = float(refresh)
+        self.visibility_timeout = visibility_timeout
+        self.allowed_origins = frozenset(o.rstrip("/") for o in allowed_origins)
+        self.login_challenge = login_challenge
+        if isinstance(secret, str):
+            secret = secret.encode()
+        self._secret = secret or secrets.token_bytes(32)
+        if on_action is None:
+            self._listeners: list[ActionListener] = []
+        elif callable(on_action):
+            self._listeners = [on_action]
+        else:
+            self._listeners = list(on_action)
+        for fn in self._listeners:
+            check_listener(fn)
+        self._driver = Driver(_dashboard_pool(conninfo, max_connections), owned=True)
+        # Written and read under `_lock` (requests run in several threads).
+        self._throughput = Throughput()
+        self._lock = threading.Lock()
+        self._env = Environment(
+            loader=PackageLoader("pgqueue.web", "templates"),
+            autoescape=select_autoescape(default=True, default_for_string=True),
+        )
+        self._env.filters.update(
+            ago=_ago, clock=_clock, when=_when, pretty=_pretty, compact=_compact, summary=_summary
+        )
+        self._static = {
+            name: resources.files("pgqueue.web").joinpath("static", name).read_bytes()
+            for name in STATIC
+        }
+        self.asgi: ASGIApp = asgi_app(self.handle, on_shutdown=self.close)
+        """The dashboard as an ASGI application."""
+        self.wsgi: WSGIApp = wsgi_app(self.handle)
+        """The dashboard as a WSGI application."""
+
+    def close(self) -> None:
+        """Close the dashboard's pool."""
+        self._driver.close()
+
+    def __enter__(self) -> Dashboard:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the request's way ---------------------------------------------------
+
+    def handle(self, request: Request) -> Response:
+        """Answer one request: authorize, check, route, render."""
+        if request.method == "GET" and request.path.startswith("/static/"):
+            return self._static_file(request.path[len("/static/") :])
+        cookie = request.cookies.get(CSRF_COOKIE, "")
+        new_cookie = None
+        if len(cookie) != 43:
+            cookie = new_cookie = secrets.token_urlsafe(32)
+        try:
+            response = self._authorized(request, cookie)
+        except BadFilter as exc:
+            response = self._page(request, "error.html", cookie, status=400, problem=str(exc))
+        except psycopg.errors.QueryCanceled:
+            response = self._page(
+                request,
+                "error.html",
+                cookie,
+                status=503,
+                problem=f"The database did not answer within the dashboard's statement timeout "
+                f"({SESSION_SETTINGS['statement_timeout']}): try a narrower filter.",
+            )
+        except (psycopg.Error, PoolTimeout) as exc:
+            log.warning("dashboard: database error: %s", exc)
+            response = self._page(
+                request, "error.html", cookie, status=503, problem=f"Database error: {exc}"
+            )
+        response.headers += SECURITY_HEADERS
+        if new_cookie is not None:
+            secure = "; Secure" if request.scheme == "https" else ""
+            response.headers.append(
+                (
+                    "set-cookie",
+                    f"{CSRF_COOKIE}={new_cookie}; Path={request.root or '/'}; HttpOnly; "
+                    f"SameSite=Strict{secure}",
+                )
+            )
+        return response
+
+    def _authorized(self, request: Request, cookie: str) -> Response:
+        role = self.authorize(request)
+        if role is None:
+            response = Response.text("not authorized", 401 if self.login_challenge else 403)
+            if self.login_challenge:
+                response.headers.append(("www-authenticate", self.login_challenge))
+            return response
+        if role not in ROLES:
+            raise ValueError(f"authorize returned {role!r}; expected 'admin', 'read' or None")
+        path = request.path.rstrip("/") or "/"
+        if request.method == "POST":
+            action = ACTIONS.get(path)
+            if action is None:
+                return Response.text("not found", 404)
+            if role != ADMIN:
+                return Response.text("read-only: this action needs the admin role", 403)
+            refusal = self._cross_site(request, cookie)
+            if refusal:
+                log.warning("dashboard: refused %s %s: %s", request.method, path, refusal)
+                return Response.text(f"refused: {refusal}", 403)
+            return action(self, request)
+        if request.method not in ("GET", "HEAD"):
+            return Response.text("method not allowed", 405)
+        view = PAGES.get(path)
+        if view is None and path.startswith("/jobs/"):
+            job_id = path[len("/jobs/") :]
+            if job_id.isdigit():
+                return self._detail(request, role, cookie, int(job_id))
+        if view is None:
+            return Response.text("not found", 404)
+        return view(self, request, role, cookie)
+
+    def _cross_site(self, request: Request, cookie: str) -> str | None:
+        """Why a POST is refused: from another site, or without the page's token; None if fine."""
+        fetch_site = request.headers.get("sec-fetch-site")
+        if fetch_site is not None and fetch_site not in ("same-origin", "none"):
+            return f"cross-site request (Sec-Fetch-Site: {fetch_site})"
+        origin = request.headers.get("origin")
+        if origin is None or origin == "null":
+            referer = request.headers.get("referer")
+            if not referer:
+                return "no Origin or Referer header"
+            parts = urlsplit(referer)
+            origin = f"{parts.scheme}://{parts.netloc}"
+        origin = origin.rstrip("/")
+        if origin != request.origin and origin not in self.allowed_origins:
+            return f"origin {origin} is not this dashboard's"
+        if not hmac.compare_digest(request.field("csrf"), self._token(cookie)):
+            return "missing or wrong CSRF token (reload the page)"
+        return None
+
+    def _token(self, cookie: str) -> str:
+        return hmac.new(self._secret, cookie.encode(), hashlib.sha256).hexdigest()
+
+    def _static_file(self, name: str) -> Response:
+        if name not in STATIC:
+            return Response.text("not found", 404)
+        return Response(
+            200,
+            self._static[name],
+            [("content-type", STATIC[name]), ("cache-control", "public, max-age=3600")],
+        )
+
+    def _run(self, op: Operation[Any]) -> Any:
+        return self._driver.run(op)
+
+    def _page(
+        self, request: Request, template: str, cookie: str, *, status: int = 200, **context: Any
+    ) -> Response:
+        root = request.root
+
+        def url(path: str, **query: Any) -> str:
+            args = {k: v for k, v in query.items() if v not in (None, "")}
+            return root + path + ("?" + urlencode(args) if args else "")
+
+        done = request.arg("done")
+        message = MESSAGES.get(done, "").format(n=_int(request.arg("n")))
+        html = self._env.get_template(template).render(
+            url=url,
+            static=lambda name: f"{root}/static/{name}?v={__version__}",
+            csrf=self._token(cookie),
+            here=root
+            + request.path
+            + (("?" + urlencode(request.query, doseq=True)) if request.query else ""),
+            nav=NAV,
+            table=self.table,
+            refresh=self.refresh,
+            message=message,
+            user=request.user,
+            cap=CAP,
+            **context,
+        )
+        return Response.html(html, status)
+
+    # -- pages -----------------------------------------------------------------
+
+    def _overview(self, request: Request, role: str, cookie: str) -> Response:
+        ov = self._run(self.core.overview(self.visibility_timeout))
+        with self._lock:
+            if ov.inserted is not None and ov.deleted is not None:
+                self._throughput.add(ov.now, ov.inserted, ov.deleted)
+            minutes = self._throughput.per_minute()
+            since = self._throughput.since
+        return self._page(
+            request,
+            "overview.html",
+            cookie,
+            page="overview",
+            role=role,
+            ov=ov,
+            now=ov.now,
+            since=since,
+            chart=Markup(throughput_svg(minutes)) if minutes else None,
+            statuses=list(ROW_STATUSES),
+        )
+
+    def _jobs(self, request: Request, role: str, cookie: str) -> Response:
+        where = JobFilter.parse(_flat(request.query))
+        page = self._run(self.core.jobs(where, before=_before(request)))
+        return self._page(
+            request, "jobs.html", cookie, page="jobs", role=role, where=where, result=page,
+            now=page.now, statuses=list(ROW_STATUSES),
+        )  # fmt: skip
+
+    def _dead(self, request: Request, role: str, cookie: str) -> Response:
+        query = _flat(request.query)
+        query["status"] = "dead"
+        where = JobFilter.parse(query)
+        page = self._run(self.core.jobs(where, before=_before(request)))
+        return self._page(
+            request, "dead.html", cookie, page="dead", role=role, where=where, result=page,
+            now=page.now,
+        )  # fmt: skip
+
+    def _running(self, request: Request, role: str, cookie: str) -> Response:
+        after = None
+        if request.arg("after_at"):
+            try:
+                after = (
+                    datetime.fromisoformat(request.arg("after_at")),
+                    int(request.arg("after_id")),
+                )
+            except ValueError:
+                raise BadFilter("after_at and after_id must be a timestamp and a job id") from None
+        page = self._run(self.core.running(after=after))
+        return self._page(
+            request, "running.html", cookie, page="running", role=role, result=page, now=page.now
+        )
+
+    def _queues(self, request: Request, role: str, cookie: str) -> Response:
+        ov = self._run(self.core.overview(self.visibility_timeout))
+        return self._page(
+            request, "queues.html", cookie, page="queues", role=role, ov=ov, now=ov.now
+        )
+
+    def _schedules(self, request: Request, role: str, cookie: str) -> Response:
+        rows = self._run(self.core.queue.schedules())
+        return self._page(
+            request, "schedules.html", cookie, page="schedules", role=role, schedules=rows, now=None
+        )
+
+    def _limits(self, request: Request, role: str, cookie: str) -> Response:
+        rows = self._run(self.core.queue.limits())
+        return self._page(
+            request, "limits.html", cookie, page="limits", role=role, limits=rows, now=None
+        )
+
+    def _detail(self, request: Request, role: str, cookie: str, job_id: int) -> Response:
+        detail = self._run(self.core.detail(job_id))
+        status = 200 if detail.job or detail.result or detail.history else 404
+        return self._page(
+            request, "job.html", cookie, status=status, page="jobs", role=role, d=detail,
+            now=detail.now,
+        )  # fmt: skip
+
+    # -- actions ----------------------------------------------------------------
+
+    def _report(self, request: Request, name: ActionName, **fields: Any) -> None:
+        action = OperatorAction(name, self.table, request.user, **fields)
+        log.info(
+            "dashboard: %s %s by %s: jobs %s %s",
+            name, action.target or "", request.user or "(unnamed)", list(action.job_ids),
+            action.detail or "",
+        )  # fmt: skip
+        for listener in self._listeners:
+            try:
+                listener(action)
+            except Exception:
+                log.exception("dashboard: an action listener failed")
+
+    def _back(self, request: Request, done: str, n: int | None = None) -> Response:
+        """303 to the page the form came from (a path of this dashboard only)."""
+        target = request.field("next")
+        root = request.root
+        ok = target.startswith(root + "/") and not target.startswith("//") and "\\" not in target
+        base = target if ok else (root or "") + "/"
+        parts = urlsplit(base)
+        query = [(k, v) for k, v in _pairs(parts.query) if k not in ("done", "n")]
+        query.append(("done", done))
+        if n is not None:
+            query.append(("n", str(n)))
+        return Response.redirect(f"{parts.path}?{urlencode(query)}")
+
+    def _ids(self, request: Request) -> list[int]:
+        return parse_ids(request.form.get("id", []))
+
+    def _retry(self, request: Request) -> Response:
+        ids = self._ids(request)
+        if not ids:
+            return self._back(request, "nothing")
+        done = self._run(self.core.retry(ids))
+        self._report(request, ActionName.RETRY, job_ids=tuple(done))
+        return self._back(request, "retried", len(done))
+
+    def _purge(self, request: Request) -> Response:
+        ids = self._ids(request)
+        if not ids:
+            return self._back(request, "nothing")
+        done = self._run(self.core.purge(ids))
+        self._report(request, ActionName.PURGE, job_ids=tuple(done))
+        return self._back(request, "purged", len(done))
+
+    def _cancel(self, request: Request) -> Response:
+        ids = self._ids(request)
+        if not ids:
+            return self._back(request, "nothing")
+        out = self._run(self.core.queue.cancel(ids))
+        done = sorted(out.deleted + out.requested)
+        self._report(request, ActionName.CANCEL, job_ids=tuple(done))
+        return self._back(request, "cancelled", len(done))
+
+    def _every_dead(self, request: Request, cookie: str) -> Response:
+        action = request.field("action")
+        if action not in ("retry", "purge"):
+            raise BadFilter("action must be retry or purge")
+        where = JobFilter.parse(
+            {k: request.field(k) for k in ("queue", "kind", "unique_key", "payload")}
+        )
+        if request.field("confirm") != "yes":
+            count = self._run(self.core.count_dead(where))
+            return self._page(
+                request, "confirm.html", cookie, page="dead", role=ADMIN, action=action,
+                where=where, matching=count, now=None, back=request.field("next"),
+            )  # fmt: skip
+        done = self._run(self.core.on_every_dead(where, action))
+        described = " ".join(f"{k}={v}" for k, v in where.as_query().items() if k != "status")
+        self._report(
+            request,
+            ActionName.RETRY if action == "retry" else ActionName.PURGE,
+            job_ids=tuple(done),
+            detail=f"every dead job matching: {described or 'all'}",
+        )
+        return self._back(request, "retried" if action == "retry" else "purged", len(done))
+
+    def _queue_paused(self, request: Request, paused: bool) -> Response:
+        name = request.field("queue")
+        try:
+            self._run(self.core.queue.set_paused(name, paused))
+        except (TypeError, ValueError) as exc:
+            raise BadFilter(str(exc)) from None
+        self._report(
+            request, ActionName.PAUSE_QUEUE if paused else ActionName.RESUME_QUEUE, target=name
+        )
+        return self._back(request, "paused" if paused else "resumed")
+
+    def _schedule_paused(self, request: Request, paused: bool) -> Response:
+        name = request.field("schedule")
+        try:
+            self._run(self.core.queue.set_schedule_paused(name, paused))
+        except UnknownSchedule:
+            return self._back(request, "no-schedule")
+        except (TypeError, ValueError) as exc:
+            raise BadFilter(str(exc)) from None
+        name_ = ActionName.PAUSE_SCHEDULE if paused else ActionName.RESUME_SCHEDULE
+        self._report(request, name_, target=name)
+        return self._back(request, "schedule-paused" if paused else "schedule-resumed")
+
+    def _trigger(self, request: Request) -> Response:
+        name = request.field("schedule")
+        try:
+            job_id = self._run(self.core.queue.trigger_schedule(name))
+        except UnknownSchedule:
+            return self._back(request, "no-schedule")
+        except DuplicateJob:
+            return self._back(request, "overlap")
+        except (TypeError, ValueError) as exc:
+            raise BadFilter(str(exc)) from None
+        self._report(request, ActionName.TRIGGER_SCHEDULE, target=name, job_ids=(job_id,))
+        return self._back(request, "triggered", job_id)
+
+    def _set_limit(self, request: Request) -> Response:
+        key = request.field("key")
+        try:
+            n = int(request.field("max_running"))
+            self._run(self.core.queue.set_limit(key, n))
+        except (TypeError, ValueError) as exc:
+            raise BadFilter(str(exc)) from None
+        self._report(request, ActionName.SET_LIMIT, target=key, detail=f"max_running={n}")
+        return self._back(request, "limit-set")
+
+
+Page = Callable[[Dashboard, Request, str, str], Response]
+PAGES: Final[dict[str, Page]] = {
+    "/": Dashboard._overview,
+    "/jobs": Dashboard._jobs,
+    "/dead": Dashboard._dead,
+    "/running": Dashboard._running,
+    "/queues": Dashboard._queues,
+    "/schedules": Dashboard._schedules,
+    "/limits": Dashboard._limits,
+}
+Action = Callable[[Dashboard, Request], Response]
+ACTIONS: Final[dict[str, Action]] = {
+    "/actions/retry": Dashboard._retry,
+    "/actions/purge": Dashboard._purge,
+    "/actions/cancel": Dashboard._cancel,
+    "/actions/every-dead": lambda d, r: d._every_dead(r, r.cookies.get(CSRF_COOKIE, "")),
+    "/actions/pause-queue": lambda d, r: d._queue_paused(r, True),
+    "/actions/resume-queue": lambda d, r: d._queue_paused(r, False),
+    "/actions/pause-schedule": lambda d, r: d._schedule_paused(r, True),
+    "/actions/resume-schedule": lambda d, r: d._schedule_paused(r, False),
+    "/actions/trigger-schedule": Dashboard._trigger,
+    "/actions/set-limit": Dashboard._set_limit,
+}
+
+
+def _dashboard_pool(conninfo: str, max_size: int) -> ConnectionPool:
+    """A pool of autocommit connections with the dashboard's session settings."""
+    given = conninfo_to_dict(conninfo)
+    settings = " ".join(
+        f"-c {k}={v}" for k, v in SESSION_SETTINGS.items() if k != "application_name"
+    )
+    options = f"{given.get('options', '')} {settings}".strip()
+    kwargs = {
+        **connection_kwargs(conninfo),
+        "options": options,
+        "application_name": SESSION_SETTINGS["application_name"],
+        # Plans are made for each statement's values: a partial index's
+        # predicate can then be proven, and no generic plan is cached.
+        "prepare_threshold": None,
+    }
+    return ConnectionPool(
+        conninfo, min_size=1, max_size=max_size, kwargs=kwargs, open=False,
+        name="pgqueue-dashboard",
+    )  # fmt: skip
+
+
+def _flat(query: dict[str, list[str]]) -> dict[str, str]:
+    return {k: v[0] for k, v in query.items() if v}
+
+
+def _pairs(query: str) -> list[tuple[str, str]]:
+    return parse_qsl(query, keep_blank_values=True)
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        return 0
+
+
+def _before(request: Request) -> int | None:
+    before = request.arg("before")
+    if not before:
+        return None
+    if not before.isdigit():
+        raise BadFilter("before must be a job id")
+    return int(before)
+
+
+def _ago(value: timedelta | datetime | None, now: datetime | None = None) -> str:
+    """``3m 20s`` (a timedelta, or the time since a datetime)."""
+    if value is None:
+        return "—"
+    if isinstance(value, datetime):
+        if now is None:
+            return _when(value)
+        value = now - value
+    seconds = int(value.total_seconds())
+    sign = "-" if seconds < 0 else ""
+    seconds = abs(seconds)
+    if seconds < 60:
+        return f"{sign}{seconds}s"
+    if seconds < 3600:
+        return f"{sign}{seconds // 60}m {seconds % 60}s"
+    if seconds < 86400:
+        return f"{sign}{seconds // 3600}h {seconds % 3600 // 60}m"
+    return f"{sign}{seconds // 86400}d {seconds % 86400 // 3600}h"
+
+
+def _when(value: datetime | None) -> str:
+    return "—" if value is None else value.strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+def _clock(value: datetime | None) -> str:
+    return "" if value is None else value.strftime("%H:%M:%S")
+
+
+def _summary(error: str | None) -> str:
+    """An error in one line: a traceback's last line (the exception), else its first."""
+    lines = [line.strip() for line in (error or "").splitlines() if line.strip()]
+    if not lines:
+        return ""
+    return lines[-1] if lines[0].startswith("Traceback") else lines[0]
+
+
+def _compact(value: Any) -> str:
+    """A payload on one line, as JSON text (escaped by the template, like all text)."""
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def _pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)

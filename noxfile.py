@@ -97,6 +97,17 @@ def tests_pgbouncer(session: nox.Session) -> None:
     _tests(session, *modules, backend="asyncio", PGQUEUE_TEST_PGBOUNCER="1")
 
 
+@nox.session(name="tests-django6", python="3.12", venv_backend="virtualenv")
+def tests_django6(session: nox.Session) -> None:
+    """The Django integration on Django 6 and its own ``django.tasks``.
+
+    Django 6 needs Python 3.12; on the interpreter nox runs on (3.11),
+    tests-core runs the same tests on Django 5.2 with the ``django-tasks``
+    package, whose task API Django 6 took in.
+    """
+    _tests(session, "tests/test_django.py", "tests/test_django_example.py")
+
+
 @nox.session(name="tests-pg15", python=PYTHON, default=False)
 def tests_pg15(session: nox.Session) -> None:
     """The behaviour suite on PostgreSQL 15, from its server binaries on disk.

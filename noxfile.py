@@ -153,5 +153,10 @@ def lint(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def typecheck(session: nox.Session) -> None:
     """mypy --strict on the package."""
-    session.install("-e", ".[embedded,prometheus,otel,django,web]", "mypy", "django-stubs")
+    session.install(
+        "-e",
+        ".[embedded,prometheus,otel,django,web,fastapi,sqlalchemy,flask]",
+        "mypy",
+        "django-stubs",
+    )
     session.run("mypy", "--strict", "pgqueue")

@@ -374,12 +374,30 @@ def test_task_arguments_that_are_not_json_write_nothing(db: psycopg.Connection[A
         ({"TABLE": ""}, "TABLE"),
         ({"MAX_CONNECTIONS": 0}, "MAX_CONNECTIONS"),
         ({"HANDLERS": {"kind": 3}}, "HANDLERS"),
+        ({"TRANSACTION_POOLING": 1}, "TRANSACTION_POOLING"),
         ("jobs", "must be a dict"),
     ],
 )
 def test_bad_pgqueue_setting_is_refused_by_name(raw: object, message: str) -> None:
     with pytest.raises(ImproperlyConfigured, match=message):
         read_settings(raw)
+
+
+def test_transaction_pooling_setting_reaches_the_queue_and_its_pool(project: str) -> None:
+    from django.test import override_settings
+
+    from pgqueue.contrib import django as pgq
+
+    for pooling in (False, True):
+        with override_settings(PGQUEUE={"TABLE": TABLE, "TRANSACTION_POOLING": pooling}):
+            pgq.close_queue()
+            try:
+                queue = pgq.get_queue()
+                assert queue.core.transaction_pooling is pooling
+                kwargs = queue.connection_settings()[1]
+                assert (kwargs.get("prepare_threshold", 5) is None) is pooling
+            finally:
+                pgq.close_queue()
 
 
 def test_unsafe_table_name_is_refused_before_connecting(project: str) -> None:

@@ -70,6 +70,11 @@ def add_operator_commands(commands: Any) -> None:
     options.add_argument(
         "--json", action="store_true", help="print one JSON document instead of aligned text"
     )
+    options.add_argument(
+        "--transaction-pooling",
+        action="store_true",
+        help="the DSN is PgBouncer in transaction mode: prepare no statement (docs/pgbouncer.md)",
+    )
 
     def leaf(
         group: Any,
@@ -350,7 +355,13 @@ def run_on_queue(
     if prepare is not None:
         prepare(args)
     check_connection(dsn)
-    with Queue(dsn, table=args.table, max_connections=1, history=args.history) as queue:
+    with Queue(
+        dsn,
+        table=args.table,
+        max_connections=1,
+        history=args.history,
+        transaction_pooling=args.transaction_pooling,
+    ) as queue:
         return command(queue, args)
 
 

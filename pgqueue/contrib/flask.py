@@ -22,8 +22,11 @@
 
 Configuration: ``PGQUEUE_DSN`` (required), ``PGQUEUE_TABLE`` (default
 ``pgqueue_jobs``), ``PGQUEUE_MAX_CONNECTIONS`` (the pool's size, default
-10) and ``PGQUEUE_WORKER`` (keyword options of `pgqueue.Worker` for
-`PgQueue.worker` and ``flask pgqueue worker``). See docs/frameworks.md.
+10), ``PGQUEUE_TRANSACTION_POOLING`` (True when the DSN reaches the server
+through PgBouncer in transaction mode: docs/pgbouncer.md) and
+``PGQUEUE_WORKER`` (keyword options of `pgqueue.Worker` for
+`PgQueue.worker` and ``flask pgqueue worker``, e.g. ``listen_conninfo``).
+See docs/frameworks.md.
 """
 
 from __future__ import annotations
@@ -68,6 +71,7 @@ class _AppState:
     dsn: str
     table: str
     max_connections: int
+    transaction_pooling: bool
     # Made at first use by whichever thread comes first, under the lock; dropped by close().
     _opened: tuple[ConnectionPool, Queue] | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -75,9 +79,12 @@ class _AppState:
     def open(self) -> tuple[ConnectionPool, Queue]:
         with self._lock:
             if self._opened is None:
-                pool = make_pool(self.dsn, max_size=self.max_connections)
+                pooling = self.transaction_pooling
+                pool = make_pool(
+                    self.dsn, max_size=self.max_connections, transaction_pooling=pooling
+                )
                 pool.open(wait=False)
-                self._opened = (pool, Queue(pool, table=self.table))
+                self._opened = (pool, Queue(pool, table=self.table, transaction_pooling=pooling))
             return self._opened
 
     def close(self) -> None:
@@ -119,13 +126,16 @@ class PgQueue:
         size = app.config.setdefault("PGQUEUE_MAX_CONNECTIONS", 10)
         if not isinstance(size, int) or isinstance(size, bool) or size < 1:
             raise ValueError(f"PGQUEUE_MAX_CONNECTIONS must be an int of 1 or more, not {size!r}")
+        pooling = app.config.setdefault("PGQUEUE_TRANSACTION_POOLING", False)
+        if not isinstance(pooling, bool):
+            raise TypeError(f"PGQUEUE_TRANSACTION_POOLING must be True or False, not {pooling!r}")
         worker_options = app.config.setdefault("PGQUEUE_WORKER", {})
         if not isinstance(worker_options, Mapping):
             raise TypeError(
                 f"PGQUEUE_WORKER must be a dict of pgqueue.Worker options, not {worker_options!r}"
             )
         QueueCore(table)  # refuses a table name that is not one, now rather than at first use
-        app.extensions[EXTENSION_KEY] = _AppState(self, dsn, table, size)
+        app.extensions[EXTENSION_KEY] = _AppState(self, dsn, table, size, pooling)
         app.cli.add_command(commands)
 
     # -- the queue ------------------------------------------------------------

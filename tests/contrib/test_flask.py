@@ -171,6 +171,7 @@ def test_bad_settings_are_refused_at_init_app(dsn: str, pgq: PgQueue) -> None:
         ({"PGQUEUE_DSN": dsn, "PGQUEUE_TABLE": "jobs; DROP TABLE x"}, ValueError, "table"),
         ({"PGQUEUE_DSN": dsn, "PGQUEUE_MAX_CONNECTIONS": 0}, ValueError, "MAX_CONNECTIONS"),
         ({"PGQUEUE_DSN": dsn, "PGQUEUE_WORKER": 4}, TypeError, "PGQUEUE_WORKER"),
+        ({"PGQUEUE_DSN": dsn, "PGQUEUE_TRANSACTION_POOLING": "yes"}, TypeError, "POOLING"),
     ]
     for config, error, message in cases:
         app = Flask(__name__)

@@ -8,6 +8,7 @@ through the pooler.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Iterator
@@ -191,3 +192,59 @@ def test_the_fixture_reaches_the_server_through_pgbouncer(bouncer: str, server_d
         names = [d.name for d in admin.execute("SHOW POOLS").description or []]
     modes = {row[names.index("pool_mode")] for row in pools if row[0] != "pgbouncer"}
     assert modes == {"transaction"}
+
+
+# -- the integrations' and the command line's settings ------------------------------------------
+
+
+def test_flask_app_with_the_setting_enqueues_and_drains_through_the_pooler(
+    bouncer: str, table: str, raw: Raw
+) -> None:
+    from flask import Flask
+
+    from pgqueue.contrib.flask import PgQueue
+
+    pgq = PgQueue()
+    app = Flask(__name__)
+    app.config.update(
+        PGQUEUE_DSN=bouncer, PGQUEUE_TABLE=table, PGQUEUE_MAX_CONNECTIONS=3,
+        PGQUEUE_TRANSACTION_POOLING=True,
+    )  # fmt: skip
+    pgq.init_app(app)
+    done: list[int] = []
+    pgq.handler("k")(lambda job: done.append(job.payload["i"]))
+    try:
+        assert app.test_cli_runner().invoke(args=["pgqueue", "migrate"]).exit_code == 0
+        with app.app_context():
+            # More enqueues than psycopg's prepare threshold, on pooled
+            # connections that share the pooler's two server sessions.
+            for i in range(12):
+                with pgq.transaction():
+                    pgq.enqueue("k", {"i": i})
+        pgq.worker(app, concurrency=2, batch_size=1, handle_signals=False).run(until_empty=True)
+    finally:
+        pgq.close(app)
+    assert sorted(done) == list(range(12))
+    assert raw.count() == 0
+
+
+def test_operator_commands_take_transaction_pooling(
+    bouncer: str, table: str, raw: Raw, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pgqueue.cli import build_parser, main
+    from pgqueue.cli.operate import run_on_queue
+
+    common = ["--dsn", bouncer, "--table", table, "--transaction-pooling"]
+    # The flag reaches the queue the command runs on (and its absence too).
+    seen: list[bool] = []
+    for given in (common, common[:-1]):
+        args = build_parser().parse_args(["stats", *given])
+        assert run_on_queue(lambda q, _: seen.append(q.core.transaction_pooling) or 0, args) == 0
+    assert seen == [True, False]
+    assert main(["migrate", *common]) == 0
+    for i in range(7):
+        assert main(["enqueue", "k", f'{{"i": {i}}}', *common]) == 0
+    capsys.readouterr()
+    assert main(["stats", "--json", *common]) == 0
+    assert json.loads(capsys.readouterr().out)["by_status"]["pending"] == 7
+    assert raw.count() == 7

@@ -85,6 +85,7 @@ def get_queue() -> Queue:
                     table=conf.table,
                     max_connections=conf.max_connections,
                     history=conf.history,
+                    transaction_pooling=conf.transaction_pooling,
                 )
             except (TypeError, ValueError) as exc:
                 raise ImproperlyConfigured(f"PGQUEUE: {exc}") from exc

@@ -18,7 +18,16 @@ __all__ = ["PgQueueSettings", "conninfo_from_params", "read_settings"]
 
 # Every key ``PGQUEUE`` may hold; anything else is a typo and refused.
 KEYS: Final = frozenset(
-    {"DATABASE", "DSN", "TABLE", "MAX_CONNECTIONS", "HISTORY", "HANDLERS", "WORKER"}
+    {
+        "DATABASE",
+        "DSN",
+        "TABLE",
+        "MAX_CONNECTIONS",
+        "HISTORY",
+        "TRANSACTION_POOLING",
+        "HANDLERS",
+        "WORKER",
+    }
 )
 
 
@@ -30,6 +39,8 @@ class PgQueueSettings:
     table and whose connection `pgqueue.contrib.django.enqueue` writes on;
     ``dsn`` overrides the DSN the queue's own pool (workers, results)
     connects with, which by default is that database's.
+    ``transaction_pooling`` says that this DSN reaches the server through
+    PgBouncer in transaction mode (docs/pgbouncer.md).
     """
 
     database: str = "default"
@@ -37,6 +48,7 @@ class PgQueueSettings:
     table: str = "pgqueue_jobs"
     max_connections: int = 4
     history: bool = False
+    transaction_pooling: bool = False
     handlers: dict[str, str] = field(default_factory=dict)
     worker: dict[str, Any] = field(default_factory=dict)
 
@@ -66,6 +78,9 @@ def read_settings(raw: object) -> PgQueueSettings:
     history = raw.get("HISTORY", default.history)
     if not isinstance(history, bool):
         raise ImproperlyConfigured("PGQUEUE['HISTORY'] must be True or False")
+    pooling = raw.get("TRANSACTION_POOLING", default.transaction_pooling)
+    if not isinstance(pooling, bool):
+        raise ImproperlyConfigured("PGQUEUE['TRANSACTION_POOLING'] must be True or False")
     handlers = raw.get("HANDLERS", {})
     if not isinstance(handlers, Mapping) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in handlers.items()
@@ -84,6 +99,7 @@ def read_settings(raw: object) -> PgQueueSettings:
         table=_text(raw, "TABLE", default.table),
         max_connections=max_connections,
         history=history,
+        transaction_pooling=pooling,
         handlers=dict(handlers),
         worker=dict(worker),
     )

@@ -1,0 +1,48 @@
+"""The shop as an ASGI application, with pgqueue's dashboard under /pgqueue/.
+
+    pip install 'pgqueue[django,web]'
+    cd examples/django_app
+    DASHBOARD_TOKEN=change-me uvicorn shop_site.asgi:application
+
+Django has no mount: requests under /pgqueue/ go to the dashboard, the rest
+to Django. The dashboard shows the job table of the ``PGQUEUE`` setting and
+lets in requests that carry ``Authorization: Bearer $DASHBOARD_TOKEN``; a
+real site would look at its own session instead (``authorize`` receives
+the ASGI scope as ``request.raw``). Without ``DASHBOARD_TOKEN`` it lets no
+one in.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+from typing import Any
+
+from django.core.asgi import get_asgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "shop_site.settings")
+django_app = get_asgi_application()  # sets Django up: what follows may read its settings
+
+from pgqueue.contrib.django import get_queue  # noqa: E402
+from pgqueue.web import ADMIN, Dashboard, Request  # noqa: E402
+
+PREFIX = "/pgqueue"
+
+
+def authorize(request: Request) -> str | None:
+    """Admin for a request with ``Authorization: Bearer $DASHBOARD_TOKEN``, else refused."""
+    token = os.environ.get("DASHBOARD_TOKEN", "")
+    scheme, _, offered = request.headers.get("authorization", "").partition(" ")
+    if not token or scheme.lower() != "bearer":
+        return None
+    return ADMIN if hmac.compare_digest(offered.encode(), token.encode()) else None
+
+
+dashboard = Dashboard(get_queue(), authorize=authorize)
+
+
+async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    if scope["type"] == "http" and scope["path"].startswith(PREFIX + "/"):
+        scope = {**scope, "root_path": scope.get("root_path", "") + PREFIX}
+        return await dashboard.asgi(scope, receive, send)
+    return await django_app(scope, receive, send)

@@ -9,8 +9,9 @@ millions nor is cancelled: a crashed worker's jobs come back.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import timedelta
+from typing import TypeVar
 
 import psycopg
 import pytest
@@ -24,6 +25,8 @@ from ..backends import open_queue
 from ..conftest import Raw
 
 pytestmark = pytest.mark.anyio
+
+T = TypeVar("T")
 
 DEAD_JOBS = 1_000_000
 LIVE_JOBS = 1_000
@@ -95,6 +98,22 @@ def test_statements_that_find_running_jobs_by_id_read_the_primary_key(
             assert f"{big_table}_pkey" in plan, plan
 
 
+async def patiently(call: Callable[[], Awaitable[T]]) -> T:
+    """``call()``, tried again (three times in all) if the statement timeout cancels it.
+
+    A new session's first statements load the catalog and plan, which on a
+    loaded machine can take longer than the timeout once; a scan of the
+    million dead jobs takes longer every time, so it still fails.
+    """
+    for attempt in range(3):
+        try:
+            return await call()
+        except psycopg.errors.QueryCanceled:
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
 async def test_the_reaper_returns_a_crashed_workers_jobs_under_a_short_statement_timeout(
     dsn: str, big_table: str, backend: str
 ) -> None:
@@ -102,7 +121,12 @@ async def test_the_reaper_returns_a_crashed_workers_jobs_under_a_short_statement
     with psycopg.connect(limited) as conn, pytest.raises(psycopg.errors.QueryCanceled):
         conn.execute("SELECT pg_sleep(1)")  # the timeout is in force on such connections
 
-    async with open_queue(backend, limited, table=big_table) as q:
+    # The worker that crashes claims without a timeout (its claim is not the
+    # subject); the reaper runs under the role's timeout.
+    async with (
+        open_queue(backend, dsn, table=big_table) as q,
+        open_queue(backend, limited, table=big_table) as reaper,
+    ):
         ids = await q.enqueue_many([("k", n) for n in range(20)])
         assert len(await q.claim(20, worker=f"crashed-{backend}")) == 20
         with psycopg.connect(dsn, autocommit=True) as conn:
@@ -110,8 +134,9 @@ async def test_the_reaper_returns_a_crashed_workers_jobs_under_a_short_statement
                 "UPDATE {table} SET locked_at = now() - interval '1 hour' WHERE id = ANY(%s)", ids
             )
 
-        assert sorted(await q.reap(timedelta(minutes=5))) == ids
-        assert await q.reap(timedelta(minutes=5)) == []  # the live worker's jobs stay
+        assert sorted(await patiently(lambda: reaper.reap(timedelta(minutes=5)))) == ids
+        # The live worker's jobs stay.
+        assert await patiently(lambda: reaper.reap(timedelta(minutes=5))) == []
         again = await q.claim(20)
         assert sorted(j.id for j in again) == ids
         assert await q.complete(*again) == 20

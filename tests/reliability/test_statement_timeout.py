@@ -10,6 +10,7 @@ and nothing is lost.
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 from collections.abc import Callable
@@ -45,6 +46,14 @@ def seq_scan_ms(fleet: Fleet) -> float:
             b"EXPLAIN (ANALYZE, FORMAT JSON) " + Statements(fleet.table).expired, ("1 second",)
         ).fetchall()
     return float(plan[0]["Execution Time"])
+
+
+def expired_plan(fleet: Fleet) -> str:
+    """The plan of the reaper's read of expired jobs, as the planner picks it."""
+    [(plan,)] = fleet.raw.conn.execute(
+        b"EXPLAIN (FORMAT JSON) " + Statements(fleet.table).expired, ("1 second",)
+    ).fetchall()
+    return json.dumps(plan)
 
 
 def test_a_killed_workers_jobs_are_reaped_under_a_short_statement_timeout_on_a_big_table(
@@ -92,10 +101,13 @@ def test_a_killed_workers_jobs_are_reaped_under_a_short_statement_timeout_on_a_b
     assert tally.lost == set()
     assert tally.duplicated == set(ids[:HELD])  # the victim's, run again
     output = "\n".join(w.output() for w in survivors)
+    # The reaper ran under the timeout: it reads the running index, never the
+    # table. A reaper that scanned the table would fail every time and
+    # never log a reap. One of its statements may still be cancelled now and
+    # then on a loaded machine (10 ms is short), as a claim may: it is
+    # retried, counted in the report, and the bound above holds.
     assert "reaped" in output
-    # The reaper never failed. (A claim may be cancelled now and then, the
-    # first on a new connection especially: the worker claims fewer at a time.)
-    assert "reaper failed" not in output
+    assert "Seq Scan" not in expired_plan(fleet)
     line = next(ln for ln in output.splitlines() if "reaped" in ln)
     report.add(
         "15. role statement_timeout, big table, worker SIGKILLed",
@@ -115,4 +127,5 @@ def test_a_killed_workers_jobs_are_reaped_under_a_short_statement_timeout_on_a_b
         bound=f"reaped within {REAPED_BOUND:.0f} s",
         log_line=line.split(": ", 1)[-1],
         claims_cancelled=output.count("claim failed (canceling statement due to statement timeout"),
+        reaps_cancelled=output.count("reaper failed (canceling statement due to statement timeout"),
     )

@@ -149,12 +149,14 @@ async def test_a_second_run_of_the_same_worker_idles(
 async def test_claims_cancelled_by_a_statement_timeout_are_retried_smaller(
     dsn: str, table: str, backend: str, queue: Any, raw: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    await queue.enqueue_many([("ping", i) for i in range(3000)])
+    await queue.enqueue_many([("ping", i) for i in range(30_000)])
     # The worker's connections run under a short statement_timeout, as a DBA
-    # might set on an application role: a claim of 3,000 jobs cannot finish.
-    short = make_conninfo(dsn, options="-c statement_timeout=5ms")
+    # might set on an application role: a claim of 30,000 jobs cannot finish
+    # in 50 ms, while one of a few jobs does even on a loaded machine (under
+    # 5 ms, three suites at once once kept even a 1-job claim from it).
+    short = make_conninfo(dsn, options="-c statement_timeout=50ms")
     async with open_queue(backend, short, table=table) as q:
-        worker = WorkerUnderTest(backend, q, {"ping": lambda job: None}, batch_size=3000)
+        worker = WorkerUnderTest(backend, q, {"ping": lambda job: None}, batch_size=30_000)
         with anyio.fail_after(PATIENCE * 3):
             await worker.run(until_empty=True)
     assert raw.count() == 0

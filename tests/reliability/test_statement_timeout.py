@@ -14,6 +14,7 @@ import json
 import signal
 import time
 from collections.abc import Callable
+from typing import Any
 
 from pgqueue.core.sql import Statements
 
@@ -37,23 +38,21 @@ REAPED_BOUND = 2 * TIMEOUT_LEASE + 30.0
 HELD = 4
 
 
+def explain_expired(fleet: Fleet, options: bytes = b"FORMAT JSON") -> Any:
+    """The JSON plan of the reaper's read of expired jobs (``EXPLAIN (options)``)."""
+    [(plan,)] = fleet.raw.conn.execute(
+        b"EXPLAIN (" + options + b") " + Statements(fleet.table).expired, ("1 second",)
+    ).fetchall()
+    return plan
+
+
 def seq_scan_ms(fleet: Fleet) -> float:
     """How long the reaper's read of expired jobs takes with no index to use."""
     with fleet.raw.conn.transaction(force_rollback=True):
         for planner in ("enable_indexscan", "enable_bitmapscan", "enable_indexonlyscan"):
             fleet.raw.conn.execute(f"SET LOCAL {planner} = off")
-        [(plan,)] = fleet.raw.conn.execute(
-            b"EXPLAIN (ANALYZE, FORMAT JSON) " + Statements(fleet.table).expired, ("1 second",)
-        ).fetchall()
+        plan = explain_expired(fleet, b"ANALYZE, FORMAT JSON")
     return float(plan[0]["Execution Time"])
-
-
-def expired_plan(fleet: Fleet) -> str:
-    """The plan of the reaper's read of expired jobs, as the planner picks it."""
-    [(plan,)] = fleet.raw.conn.execute(
-        b"EXPLAIN (FORMAT JSON) " + Statements(fleet.table).expired, ("1 second",)
-    ).fetchall()
-    return json.dumps(plan)
 
 
 def test_a_killed_workers_jobs_are_reaped_under_a_short_statement_timeout_on_a_big_table(
@@ -107,7 +106,7 @@ def test_a_killed_workers_jobs_are_reaped_under_a_short_statement_timeout_on_a_b
     # then on a loaded machine (10 ms is short), as a claim may: it is
     # retried, counted in the report, and the bound above holds.
     assert "reaped" in output
-    assert "Seq Scan" not in expired_plan(fleet)
+    assert "Seq Scan" not in json.dumps(explain_expired(fleet))
     line = next(ln for ln in output.splitlines() if "reaped" in ln)
     report.add(
         "15. role statement_timeout, big table, worker SIGKILLed",

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import threading
 from contextlib import AsyncExitStack
 from typing import Any, Protocol, TypeVar
 
@@ -161,8 +162,14 @@ class Driver:
         self._target = target
         self._max_size = max_size
         self._transaction_pooling = transaction_pooling
-        self._impl: Impl | None = None
-        self._lock = anyio.Lock()
+        # No primitive of an event loop here: a queue may be made on one loop
+        # (or none) and used on another (a sync `Queue` made inside a trio
+        # program, served by a `Worker` on its own loop). The choice is made
+        # once under a thread lock that is never held across an await; every
+        # implementation's `open` may be called again, from any loop.
+        self._choice = threading.Lock()
+        self._chosen: Impl | None = None  # under `_choice`; perhaps not open yet
+        self._impl: Impl | None = None  # open
 
     @property
     def conninfo(self) -> str:
@@ -214,12 +221,14 @@ class Driver:
         return ThreadDriver(sync)
 
     async def open(self, *, wait: bool = False) -> Impl:
-        async with self._lock:
-            if self._impl is None:
-                impl = self._choose()
-                await impl.open()
-                self._impl = impl
-            impl = self._impl
+        impl = self._impl
+        if impl is None:
+            with self._choice:
+                if self._chosen is None:
+                    self._chosen = self._choose()
+                impl = self._chosen
+            await impl.open()
+            self._impl = impl
         if wait:
             await impl.ready()
         return impl
@@ -229,10 +238,10 @@ class Driver:
         return await impl.run(op, conn)
 
     async def close(self) -> None:
-        async with self._lock:
-            if self._impl is not None:
-                await self._impl.close()
-                self._impl = None
+        with self._choice:
+            impl, self._chosen, self._impl = self._chosen, None, None
+        if impl is not None:
+            await impl.close()
 
 
 def make_driver(target: PoolTarget, *, max_size: int, transaction_pooling: bool = False) -> Driver:

@@ -8,20 +8,120 @@ patience, and the job fails. Counts and orders, never timings.
 
 from __future__ import annotations
 
+import threading
+from typing import Any
+
 import anyio
 import anyio.to_thread
 import psycopg_pool
 import pytest
 
 import pgqueue
+from pgqueue import JobSpec
 
-from ..backends import QUEUE_OPTIONS
+from ..backends import QUEUE_OPTIONS, WorkerUnderTest
 from ..conftest import Raw
 
 pytestmark = pytest.mark.anyio
 
 # Generous: a deadline for "it happened at all", never a performance claim.
 PATIENCE = 20
+
+
+class Meeting:
+    """Handlers that each wait for ``parties`` of them to run at once; it
+    counts those that met and the most that ran at once."""
+
+    def __init__(self, parties: int) -> None:
+        self.barrier = threading.Barrier(parties, timeout=PATIENCE)
+        self.met = 0
+        self.running = 0
+        self.most = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, job: pgqueue.Job) -> None:
+        with self._lock:
+            self.running += 1
+            self.most = max(self.most, self.running)
+        try:
+            self.barrier.wait()
+        finally:
+            with self._lock:
+                self.running -= 1
+        with self._lock:
+            self.met += 1
+
+
+async def test_four_blocking_jobs_run_at_once_at_concurrency_four(
+    queue: Any, raw: Raw, backend: str
+) -> None:
+    meeting = Meeting(4)
+    await queue.enqueue_many([JobSpec("block", i, max_attempts=1) for i in range(4)])
+    worker = WorkerUnderTest(backend, queue, {"block": meeting}, concurrency=4)
+    await worker.run(until_empty=True)
+    assert meeting.met == 4
+    assert raw.count() == 0
+
+
+async def test_eight_blocking_jobs_run_four_at_a_time_at_concurrency_four(
+    queue: Any, raw: Raw, backend: str
+) -> None:
+    meeting = Meeting(4)
+    await queue.enqueue_many([JobSpec("block", i, max_attempts=1) for i in range(8)])
+    worker = WorkerUnderTest(backend, queue, {"block": meeting}, concurrency=4)
+    await worker.run(until_empty=True)
+    assert (meeting.met, meeting.most) == (8, 4)
+    assert raw.count() == 0
+
+
+async def test_quick_jobs_claimed_behind_a_long_one_finish_while_it_runs(
+    queue: Any, raw: Raw, backend: str
+) -> None:
+    quick_done = threading.Event()
+    finished: list[str] = []
+    lock = threading.Lock()
+
+    def long(job: pgqueue.Job) -> None:
+        # Returns once every quick job is done: only if they ran beside it.
+        if not quick_done.wait(PATIENCE):
+            raise RuntimeError("the quick jobs waited behind this one")
+        finished.append("long")
+
+    def quick(job: pgqueue.Job) -> None:
+        with lock:
+            finished.append("quick")
+            if finished.count("quick") == 12:
+                quick_done.set()
+
+    # Claimed in one batch, the long one first.
+    await queue.enqueue("long", max_attempts=1)
+    await queue.enqueue_many([JobSpec("quick", i) for i in range(12)])
+    worker = WorkerUnderTest(backend, queue, {"long": long, "quick": quick}, concurrency=4)
+    await worker.run(until_empty=True)
+    assert finished == ["quick"] * 12 + ["long"]
+    assert raw.count() == 0
+
+
+async def test_a_limit_of_n_runs_n_jobs_of_its_key_at_once_and_never_more(
+    queue: Any, raw: Raw, backend: str
+) -> None:
+    # Jobs meet in pairs: each pair passes only with both slots of the key
+    # in use at once, and a freed slot must be taken again for the next.
+    await queue.set_limit("tenant:1", 2)
+    meeting = Meeting(2)
+    await queue.enqueue_many(
+        [JobSpec("call", i, limit_key="tenant:1", max_attempts=1) for i in range(8)]
+    )
+    workers = [WorkerUnderTest(backend, queue, {"call": meeting}, concurrency=4) for _ in range(3)]
+    async with anyio.create_task_group() as tg:
+        for worker in workers:
+            tg.start_soon(worker.run)
+        with anyio.fail_after(PATIENCE * 4):
+            while raw.count() > 0:  # noqa: ASYNC110 - the condition lives in the database
+                await anyio.sleep(0.05)
+        for worker in workers:
+            worker.stop()
+    assert (meeting.met, meeting.most) == (8, 2)
 
 
 async def test_a_sync_queue_made_inside_an_event_loop_is_served_by_a_sync_worker(

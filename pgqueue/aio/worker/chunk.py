@@ -1,6 +1,9 @@
 """`Chunk`: plain-function jobs that one worker thread runs one after another.
 
-A thread hop costs more than a trivial handler; a few jobs share one.
+A thread hop costs more than a trivial handler; a few jobs share one. A
+runner with nothing else to do takes the later half of the runs a chunk
+has not begun (`split`), so that no job waits behind another's handler
+while a runner is idle.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ class Chunk:
     Shared by the event loop and one thread, under ``_lock``: the thread
     begins runs (`start_next`) and ends them (`ran_one`: an append, atomic
     without the lock); the loop may `withdraw` a run not begun yet (its job
-    was cancelled) or `cut` the rest.
+    was cancelled), `split` off the later half of those not begun, or `cut`
+    the rest.
     """
 
     def __init__(self, runs: list[JobContext]) -> None:
@@ -48,6 +52,24 @@ class Chunk:
     def ran_one(self, ran: Ran) -> None:
         """(In the thread.) The run `start_next` returned has ended."""
         self._ran.append(ran)
+
+    def unbegun(self) -> int:
+        """(On the event loop.) How many runs are not begun yet (withdrawn ones included)."""
+        with self._lock:
+            return 0 if self._cut else len(self.runs) - self._next
+
+    def split(self) -> list[JobContext]:
+        """(On the event loop.) Take away the later half (rounded up) of the
+        runs not begun yet, for another thread: this one never begins them.
+        Withdrawn runs are dropped (their outcome is decided already)."""
+        with self._lock:
+            if self._cut:
+                return []
+            keep = self._next + (len(self.runs) - self._next) // 2
+            taken = self.runs[keep:]
+            del self.runs[keep:]
+            withdrawn = self._withdrawn
+            return [r for r in taken if r.job.id not in withdrawn]
 
     def withdraw(self, run: JobContext) -> bool:
         """(On the event loop.) Never begin ``run``; False if it has begun

@@ -16,16 +16,19 @@ from dataclasses import dataclass, field
 
 import anyio
 
+from ...core.context import JobContext
 from ...core.jobs import Job, JobStatus
 from ...core.ledger import Ledger, Phase
 from ...core.ops import Failure, QueueCore
 from ...core.states import Event
 from ...core.worker import (
+    CANCELLED,
     CANCELLED_UNSTARTED,
     OUTCOME_LINGER,
     RETRY_BACKOFF,
     SUCCESS,
     Outcome,
+    describe_error,
     describe_jobs,
 )
 from .calls import DATABASE_ERRORS, Calls, WorkerQueue
@@ -76,6 +79,15 @@ class Completer:
         """Decide what a failed, interrupted, cancelled or released job
         becomes, log it, and queue the outcome for writing."""
         self._add(job, self._decide(job, error, event, duration, exc))
+
+    def raised(self, context: JobContext, exc: Exception, duration: float | None) -> None:
+        """A handler raised: once its cancel was requested, whatever it raised
+        ends the job as cancelled."""
+        if context.cancel_requested:
+            text = f"{CANCELLED}; {describe_error(exc)}"
+            self.failed(context.job, text, Event.CANCEL, duration, exc)
+        else:
+            self.failed(context.job, describe_error(exc), Event.FAIL, duration, exc)
 
     def _decide(
         self,

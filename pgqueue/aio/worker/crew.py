@@ -7,7 +7,8 @@ the next. Who owns what:
 | component | owns | started |
 |---|---|---|
 | `Fetcher` | claims in flight, orphan looks | always |
-| `Runners` | runner tasks, thread chunks, job contexts and cancels, the grace period | always |
+| `Runners` | runner tasks, the jobs they run alone, cancels, the grace period | always |
+| `Threads` (the runners') | chunks of plain jobs in worker threads, and their tails | always |
 | `Completer` | every write of an outcome | always |
 | `LeaseKeeper` | the heartbeat (cancels it reports go to the runners); lost leases | always |
 | `Reaper` | returning other workers' expired jobs | not ``until_empty`` |

@@ -1,10 +1,13 @@
 """The runners: ``concurrency`` tasks that run handlers, each job once.
 
-``async def`` handlers run on the event loop; plain functions in worker
-threads, a few jobs per thread hop (`Chunk`: a hop costs more than a
-trivial handler). Every handler is timed and bounded here, and nowhere
-else; its outcome (with its return value as JSON, for a job that keeps
-one) goes to the completer.
+A runner takes the next claimed job, whatever it is: ``async def``
+handlers run on the event loop, plain functions in worker threads, a few
+jobs to a thread hop (`pgqueue.aio.worker.threads`). A runner that finds
+no claimed job takes the not-yet-begun tail of another runner's chunk
+before it waits, so ``concurrency`` handlers run whenever that many jobs
+are ready. Every handler is timed and bounded here, and nowhere else; its
+outcome (with its return value as JSON, for a job that keeps one) goes to
+the completer.
 
 Each run has a `JobContext` (`pgqueue.job_context()`), set around the
 handler: in the runner task for an async handler, in the thread, job by
@@ -19,11 +22,10 @@ job not begun yet from ever starting.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from time import perf_counter
-from typing import Any
 
 import anyio
 import anyio.lowlevel
@@ -44,29 +46,29 @@ from ...core.worker import (
     MissingHandler,
     Outcome,
     WorkerSettings,
-    describe_error,
 )
-from .chunk import Chunk, Ran
 from .completer import Completer
 from .flags import Broadcast, Wakeup
+from .threads import Threads, call_plain
 
 __all__ = ["Runners"]
 
 log = logging.getLogger("pgqueue.worker")
 
 
-# A job a runner has begun, until its outcome goes to the completer: its
-# context, its runner's scope (an async handler), its thread hop (a plain
-# handler run in a chunk). A tuple: one is made per job.
-_Run = tuple[JobContext, anyio.CancelScope | None, Chunk | None]
+# A job a runner has begun alone (not in a chunk), until its outcome goes to
+# the completer: its context, and its runner's scope for an async handler.
+# A tuple: one is made per job.
+_Run = tuple[JobContext, anyio.CancelScope | None]
 
 
 @dataclass(eq=False)
 class Runners:
-    """Owner of the runner tasks, their thread chunks and their cancel scope.
+    """Owner of the runner tasks, their cancel scope and the jobs they run alone.
 
-    Moves ledger jobs from CLAIMED to RUNNING, and hands their outcomes to
-    the completer. Every field below the shared ones is written here only.
+    Moves ledger jobs from CLAIMED to RUNNING (itself, or through `Threads`
+    for chunks), and hands their outcomes to the completer. Every field
+    below the shared ones is written here only.
     """
 
     settings: WorkerSettings
@@ -80,17 +82,18 @@ class Runners:
     _work: Broadcast = field(default_factory=Broadcast, init=False)  # jobs handed out, or closed
     _closed: bool = field(default=False, init=False)
     _asked: bool = field(default=False, init=False)  # `demand` set since the last batch
-    _chunks: set[Chunk] = field(default_factory=set, init=False)  # running in threads
-    _plain_kinds: dict[str, bool] = field(default_factory=dict, init=False)  # kind -> `_plain`
     _limiter: anyio.CapacityLimiter = field(init=False)
+    _threads: Threads = field(init=False)  # the chunks of plain jobs
     _scope: anyio.CancelScope | None = field(default=None, init=False)
-    # Every job begun here whose outcome has not gone to the completer yet:
-    # written by the runners, read by `cancel` (both on the event loop).
+    # Every job begun alone here whose outcome has not gone to the completer
+    # yet: written by the runners, read by `cancel` (both on the event loop).
     _runs: dict[int, _Run] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
         self.low_water = self.settings.batch_size // 2
         self._limiter = anyio.CapacityLimiter(self.settings.concurrency)
+        self._threads = Threads(self.settings, self.handlers, self.ledger, self.completer,
+                                self._limiter, self.timed, self.table)  # fmt: skip
 
     def hand_out(self, jobs: list[Job]) -> None:
         """(Fetcher.) Claimed jobs for the runners, in claim order."""
@@ -122,28 +125,25 @@ class Runners:
                 log.info("job %d (%s) cancelled before it started", job_id, job.kind)
                 continue
             run = self._runs.get(job_id)
-            if run is None or not run[0].request_cancel():
+            if run is None:
+                self._threads.cancel(job_id)
                 continue
-            context, lane, chunk = run
-            job = context.job
+            context, lane = run
+            if not context.request_cancel():
+                continue
             if lane is not None:
-                log.info("job %d (%s): cancel requested; cancelling its handler", job_id, job.kind)
+                log.info("job %d (%s): cancel requested; cancelling its handler", job_id,
+                         context.job.kind)  # fmt: skip
                 lane.cancel()
-            elif chunk is not None and chunk.withdraw(context):
-                del self._runs[job_id]
-                log.info("job %d (%s) cancelled before it started", job_id, job.kind)
-                self.completer.failed(job, CANCELLED_UNSTARTED, Event.CANCEL)
             else:
                 log.info("job %d (%s): cancel requested; its handler (a plain function) "
-                         "stops if it checks pgqueue.job_context()", job_id, job.kind)  # fmt: skip
+                         "stops if it checks pgqueue.job_context()", job_id,
+                         context.job.kind)  # fmt: skip
 
     def close(self) -> None:
         """Hand out nothing more; jobs of thread chunks not begun are released."""
         self._closed = True
-        for chunk in self._chunks:
-            for job in chunk.cut():
-                del self._runs[job.id]
-                self.completer.failed(job, "released", Event.RELEASE)
+        self._threads.close()
         self._work.notify()
 
     def interrupt_after(self, seconds: float) -> None:
@@ -169,15 +169,23 @@ class Runners:
 
     async def _run_in(self, lane: anyio.CancelScope) -> None:
         """Run jobs until `close`, or until ``lane`` is cancelled (a job's cancel)."""
+        threads = self._threads
         while not self._closed:
             job = self.ledger.next_unstarted()
             if job is None:
-                await self._work.wait()
+                # Nothing claimed waits: the tail of a chunk may.
+                chunk = threads.steal()
+                if chunk is None:
+                    await self._work.wait()
+                else:
+                    await threads.run(chunk)
                 continue
             # No checkpoint from here to _run_one: a job is always either
             # claimed (to release) or running (to record).
-            if self._plain(job):
-                await self._run_chunk(self._take_chunk())
+            if threads.takes(job.kind):
+                chunk = threads.take()
+                self._check_low_water()
+                await threads.run(chunk)
                 continue
             self.ledger.start_next()
             if await self._run_one(job, lane, yield_first=self._check_low_water()):
@@ -192,105 +200,13 @@ class Runners:
             return True
         return False
 
-    def _plain(self, job: Job) -> bool:
-        """A plain-function job with no timeout: it may share a thread hop with others."""
-        plain = self._plain_kinds.get(job.kind)
-        if plain is None:
-            plain = self._plain_kinds[job.kind] = (
-                self.settings.job_timeout is None
-                and self.handlers.get(job.kind) is not None
-                and not self.handlers.is_async(job.kind)
-            )
-        return plain
-
-    def _take_chunk(self) -> Chunk:
-        """The next plain jobs, begun: a fair share of the batch, so that every
-        runner (thread) gets work."""
-        share = max(1, self.settings.batch_size // self.settings.concurrency)
-        runs: list[JobContext] = []
-        worker, begun = self.settings.name, self._runs
-        while len(runs) < share:
-            job = self.ledger.next_unstarted()
-            if job is None or not self._plain(job):
-                break
-            self.ledger.start_next()
-            runs.append(JobContext(job, worker))
-        self._check_low_water()
-        chunk = Chunk(runs)
-        for context in runs:
-            begun[context.job.id] = (context, None, chunk)
-        return chunk
-
-    async def _run_chunk(self, chunk: Chunk) -> None:
-        """Run a chunk in one worker thread; on `close`, its jobs not begun are
-        cut off and released."""
-        self._chunks.add(chunk)
-        try:
-            # Abandoned on cancel (the grace period ran out): see `Worker`.
-            await anyio.to_thread.run_sync(
-                self._call_plain, chunk, abandon_on_cancel=True, limiter=self._limiter
-            )
-        finally:
-            self._chunks.discard(chunk)
-            ran, abandoned, never_begun = chunk.finish()
-            runs = self._runs
-            for context, exc, result, duration in ran:
-                job = context.job
-                del runs[job.id]
-                if exc is None:
-                    self.completer.succeeded(job, duration, result)
-                else:
-                    self._failed(context, exc, duration)
-            for context in abandoned:
-                del runs[context.job.id]
-                self.completer.failed(context.job, INTERRUPTED, Event.EXPIRE)
-            for job in never_begun:
-                del runs[job.id]
-                self.completer.failed(job, "released", Event.RELEASE)
-
-    def _call_plain(self, chunk: Chunk) -> None:
-        """In a worker thread: run the chunk's handlers until it ends or is cut."""
-        while (context := chunk.start_next()) is not None:
-            handler = self.handlers.get(context.job.kind)
-            assert handler is not None
-            chunk.ran_one(self._call(handler, context))
-
-    def _call(self, handler: Callable[..., Any], context: JobContext) -> Ran:
-        """In a worker thread: run one plain handler in its job's context, and
-        encode its return value if the job keeps it (off the event loop)."""
-        job = context.job
-        token = CURRENT.set(context)
-        start = perf_counter() if self.timed else None
-        tracer = tracing.tracer
-        try:
-            if tracer is None:
-                value = handler(job)
-            else:
-                with tracer.run(self.table, job, context.worker):
-                    value = handler(job)
-            result = None if job.result_ttl is None else encode_result(value, job.kind)
-        except Exception as exc:
-            return context, exc, None, None if start is None else perf_counter() - start
-        finally:
-            CURRENT.reset(token)
-        return context, None, result, None if start is None else perf_counter() - start
-
-    def _failed(self, context: JobContext, exc: Exception, duration: float | None) -> None:
-        """A handler raised: once its cancel was requested, whatever it raised
-        ends the job as cancelled."""
-        if context.cancel_requested:
-            text = f"{CANCELLED}; {describe_error(exc)}"
-            self.completer.failed(context.job, text, Event.CANCEL, duration, exc)
-        else:
-            self.completer.failed(context.job, describe_error(exc), Event.FAIL, duration, exc)
-
     async def _run_one(self, job: Job, lane: anyio.CancelScope, *, yield_first: bool) -> bool:
         """Run one job in ``lane``; True if `cancel` cancelled the lane for it."""
         handler = self.handlers.get(job.kind)
         timeout = self.settings.job_timeout
         is_async = handler is not None and self.handlers.is_async(job.kind)
         context = JobContext(job, self.settings.name)
-        self._runs[job.id] = (context, lane if is_async else None, None)
+        self._runs[job.id] = (context, lane if is_async else None)
         token = CURRENT.set(context)
         start: float | None = None
         result: str | None = None
@@ -319,8 +235,8 @@ class Runners:
                 else:
                     # Abandoned on timeout: a thread cannot be killed; see the docs.
                     _, exc, result, _ = await anyio.to_thread.run_sync(
-                        self._call, handler, context, abandon_on_cancel=True,
-                        limiter=self._limiter,
+                        call_plain, handler, context, self.table, self.timed,
+                        abandon_on_cancel=True, limiter=self._limiter,
                     )  # fmt: skip
                     if exc is not None:
                         raise exc
@@ -336,12 +252,12 @@ class Runners:
         except TimeoutError as exc:
             ran = _since(start, handler)
             if timeout is None or context.cancel_requested:  # the handler's own
-                self._failed(context, exc, ran)
+                self.completer.raised(context, exc, ran)
             else:
                 text = f"TimeoutError: job_timeout of {timeout}s exceeded"
                 self.completer.failed(job, text, Event.FAIL, ran)
         except Exception as exc:
-            self._failed(context, exc, _since(start, handler))
+            self.completer.raised(context, exc, _since(start, handler))
         else:
             self.completer.succeeded(job, None if start is None else perf_counter() - start,
                                      result)  # fmt: skip

@@ -1,0 +1,179 @@
+"""Plain-function jobs in worker threads, a few to a thread hop.
+
+A hop costs more than a trivial handler, so a runner that begins plain
+jobs takes its fair share of those claimed (`Chunk`) and runs them one
+after another in one thread. A share is never more than the unstarted
+jobs divided among the runners, so that a few jobs go to as many
+threads; and a runner with nothing else to do takes the later half of
+what a chunk has not begun (`Threads.steal`), so that a slow handler never
+holds back the jobs queued behind it in its chunk.
+
+`call_plain` runs one plain handler in its thread, in its job's context
+(`pgqueue.job_context()`) and span, and encodes its return value there,
+off the event loop: for chunks and for the runners' single jobs alike.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from time import perf_counter
+from typing import Any
+
+import anyio
+import anyio.to_thread
+
+from ...core import tracing
+from ...core.context import CURRENT, JobContext
+from ...core.ledger import Ledger
+from ...core.results import encode_result
+from ...core.states import Event
+from ...core.worker import CANCELLED_UNSTARTED, INTERRUPTED, Handlers, Outcome, WorkerSettings
+from .chunk import Chunk, Ran
+from .completer import Completer
+
+__all__ = ["Threads", "call_plain"]
+
+log = logging.getLogger("pgqueue.worker")
+
+
+def call_plain(handler: Callable[..., Any], context: JobContext, table: str, timed: bool) -> Ran:
+    """In a worker thread: run one plain handler in its job's context, and
+    encode its return value if the job keeps it."""
+    job = context.job
+    token = CURRENT.set(context)
+    start = perf_counter() if timed else None
+    tracer = tracing.tracer
+    try:
+        if tracer is None:
+            value = handler(job)
+        else:
+            with tracer.run(table, job, context.worker):
+                value = handler(job)
+        result = None if job.result_ttl is None else encode_result(value, job.kind)
+    except Exception as exc:
+        return context, exc, None, None if start is None else perf_counter() - start
+    finally:
+        CURRENT.reset(token)
+    return context, None, result, None if start is None else perf_counter() - start
+
+
+@dataclass(eq=False)
+class Threads:
+    """Owner of the chunks of plain jobs: which job runs in which chunk, and
+    the outcomes of their runs. Called by the runners, on the event loop;
+    every field below the shared ones is written here only."""
+
+    settings: WorkerSettings
+    handlers: Handlers
+    ledger: Ledger[Outcome]
+    completer: Completer
+    limiter: anyio.CapacityLimiter  # the runners': at most ``concurrency`` threads
+    timed: bool
+    table: str
+    _chunks: set[Chunk] = field(default_factory=set, init=False)  # taken, not finished
+    # Every job of a chunk whose outcome has not gone to the completer yet,
+    # with its run and its chunk (which a `steal` changes).
+    _runs: dict[int, tuple[JobContext, Chunk]] = field(default_factory=dict, init=False)
+    _kinds: dict[str, bool] = field(default_factory=dict, init=False)  # kind -> `takes`
+
+    def takes(self, kind: str) -> bool:
+        """Whether jobs of ``kind`` run in chunks: a plain function with no
+        timeout (a timed-out thread is abandoned alone)."""
+        plain = self._kinds.get(kind)
+        if plain is None:
+            plain = self._kinds[kind] = (
+                self.settings.job_timeout is None
+                and self.handlers.get(kind) is not None
+                and not self.handlers.is_async(kind)
+            )
+        return plain
+
+    def take(self) -> Chunk:
+        """Begin the next claimed jobs, while they are chunk jobs: a fair share
+        of the batch, and no more than the unstarted jobs shared among the runners."""
+        ledger, concurrency = self.ledger, self.settings.concurrency
+        per_runner = -(-ledger.unstarted // concurrency)  # rounded up
+        share = max(1, min(self.settings.batch_size // concurrency, per_runner))
+        worker, runs = self.settings.name, list[JobContext]()
+        while len(runs) < share:
+            job = ledger.next_unstarted()
+            if job is None or not self.takes(job.kind):
+                break
+            ledger.start_next()
+            runs.append(JobContext(job, worker))
+        return self._chunk(runs)
+
+    def steal(self) -> Chunk | None:
+        """The later half of what the chunk with most runs not begun has left,
+        as a chunk of its own; None if every chunk has begun its last run."""
+        victim = max(self._chunks, key=Chunk.unbegun, default=None)
+        if victim is None or not victim.unbegun():
+            return None
+        runs = victim.split()
+        return self._chunk(runs) if runs else None
+
+    def _chunk(self, runs: list[JobContext]) -> Chunk:
+        chunk = Chunk(runs)
+        self._chunks.add(chunk)
+        for context in runs:
+            self._runs[context.job.id] = (context, chunk)
+        return chunk
+
+    def cancel(self, job_id: int) -> None:
+        """Stop a chunk job: one not begun never starts, one running sees
+        ``cancel_requested``. Other jobs, and a second request, are left alone."""
+        run = self._runs.get(job_id)
+        if run is None or not run[0].request_cancel():
+            return
+        context, chunk = run
+        job = context.job
+        if chunk.withdraw(context):
+            del self._runs[job_id]
+            log.info("job %d (%s) cancelled before it started", job_id, job.kind)
+            self.completer.failed(job, CANCELLED_UNSTARTED, Event.CANCEL)
+        else:
+            log.info("job %d (%s): cancel requested; its handler (a plain function) "
+                     "stops if it checks pgqueue.job_context()", job_id, job.kind)  # fmt: skip
+
+    def close(self) -> None:
+        """Begin nothing more: the jobs of chunks not begun are released."""
+        for chunk in self._chunks:
+            for job in chunk.cut():
+                del self._runs[job.id]
+                self.completer.failed(job, "released", Event.RELEASE)
+
+    async def run(self, chunk: Chunk) -> None:
+        """Run a chunk in one worker thread; on `close`, its jobs not begun are
+        cut off and released."""
+        try:
+            # Abandoned on cancel (the grace period ran out): see `Worker`.
+            await anyio.to_thread.run_sync(
+                self._call_chunk, chunk, abandon_on_cancel=True, limiter=self.limiter
+            )
+        finally:
+            self._chunks.discard(chunk)
+            ran, abandoned, never_begun = chunk.finish()
+            runs, completer = self._runs, self.completer
+            for context, exc, result, duration in ran:
+                job = context.job
+                del runs[job.id]
+                if exc is None:
+                    completer.succeeded(job, duration, result)
+                else:
+                    completer.raised(context, exc, duration)
+            for context in abandoned:
+                del runs[context.job.id]
+                completer.failed(context.job, INTERRUPTED, Event.EXPIRE)
+            for job in never_begun:
+                del runs[job.id]
+                completer.failed(job, "released", Event.RELEASE)
+
+    def _call_chunk(self, chunk: Chunk) -> None:
+        """In a worker thread: run the chunk's handlers until it ends or is cut."""
+        handlers, table, timed = self.handlers, self.table, self.timed
+        while (context := chunk.start_next()) is not None:
+            handler = handlers.get(context.job.kind)
+            assert handler is not None
+            chunk.ran_one(call_plain(handler, context, table, timed))

@@ -1,0 +1,84 @@
+"""The runners against `FakeQueue`: plain jobs go to as many threads as there
+are runners, and an idle runner takes the tail of a chunk held up by a slow job."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime
+from typing import Any
+
+import anyio
+import pytest
+
+import pgqueue
+from pgqueue import JobStatus
+from pgqueue.aio.worker.chunk import Chunk
+from pgqueue.core.context import JobContext
+
+from .fake import FakeQueue
+from .test_components import PATIENCE, worker
+
+pytestmark = pytest.mark.anyio
+
+
+def contexts(n: int) -> list[JobContext]:
+    now = datetime.now(UTC)
+    return [
+        JobContext(pgqueue.Job(i, "k", {}, 1, 3, JobStatus.RUNNING, now, None, "w", now, now), "w")
+        for i in range(1, n + 1)
+    ]
+
+
+def test_split_takes_the_later_half_of_the_runs_not_begun_and_the_chunk_never_begins_them() -> None:
+    runs = contexts(6)
+    chunk = Chunk(list(runs))
+    assert chunk.start_next() is runs[0]  # begun: never taken away
+    assert chunk.withdraw(runs[5])  # cancelled: its outcome is decided already
+    assert chunk.unbegun() == 5
+    taken = chunk.split()
+    assert taken == runs[3:5]  # the later half of runs 2-6 (rounded up), less the withdrawn
+    assert [chunk.start_next(), chunk.start_next(), chunk.start_next()] == [*runs[1:3], None]
+    assert chunk.split() == []  # nothing left to take
+
+
+def test_split_of_a_cut_chunk_takes_nothing() -> None:
+    runs = contexts(3)
+    chunk = Chunk(list(runs))
+    assert [job.id for job in chunk.cut()] == [1, 2, 3]
+    assert chunk.split() == []
+    assert chunk.unbegun() == 0
+
+
+async def test_plain_jobs_fewer_than_a_batch_run_all_at_once() -> None:
+    fake = FakeQueue()
+    ids = fake.add(n=4)
+    barrier = threading.Barrier(4, timeout=PATIENCE)  # passes only with all four running
+    w = worker(fake, {"k": lambda job: barrier.wait()}, concurrency=4, batch_size=100)
+    with anyio.fail_after(PATIENCE * 2):
+        await w.run(until_empty=True)
+    assert sorted(fake.succeeded) == ids
+
+
+async def test_an_idle_runner_takes_the_jobs_queued_behind_a_slow_one_in_its_chunk() -> None:
+    fake = FakeQueue()
+    [slow] = fake.add("slow")
+    quick = fake.add("quick", n=12)
+    # Two runners: the first takes the slow job and six quick ones behind it
+    # in its chunk, the second the other six; then, idle, the tail of the first.
+    quick_done = threading.Event()
+    ran: list[int] = []
+
+    def run_quick(job: pgqueue.Job) -> None:
+        ran.append(job.id)
+        if len(ran) == len(quick):
+            quick_done.set()
+
+    def run_slow(job: pgqueue.Job) -> Any:
+        if not quick_done.wait(PATIENCE):
+            raise RuntimeError("the quick jobs waited behind this one")
+
+    w = worker(fake, {"slow": run_slow, "quick": run_quick}, concurrency=2, batch_size=100)
+    with anyio.fail_after(PATIENCE * 2):
+        await w.run(until_empty=True)
+    assert sorted(ran) == quick
+    assert sorted(fake.succeeded) == [slow, *quick]

@@ -46,6 +46,7 @@ class FakeQueue:
         self.refuse_listen = True
         self.claim_limit: int | None = None  # claims of more jobs are cancelled (statement_timeout)
         self.last_ticks: dict[str, datetime] = {}  # schedule name -> its last tick (the row)
+        self.limits: dict[str, int] = {}  # limit key -> jobs of it that may run at once
         self._next_id = 1
 
     # -- arranging ----------------------------------------------------------------
@@ -57,13 +58,14 @@ class FakeQueue:
         *,
         orphaned: bool = False,
         result_ttl: timedelta | None = None,
+        limit_key: str | None = None,
     ) -> list[int]:
         now = datetime.now(UTC)
         ids = []
         for _ in range(n):
             error = f"{LEASE_EXPIRED}: no word" if orphaned else None
             job = Job(self._next_id, kind, {}, 0, 3, JobStatus.PENDING, now, error, None, None,
-                      now, result_ttl=result_ttl)  # fmt: skip
+                      now, result_ttl=result_ttl, limit_key=limit_key)  # fmt: skip
             self.jobs[job.id] = job
             ids.append(job.id)
             self._next_id += 1
@@ -126,8 +128,11 @@ class FakeQueue:
         await self._enter("cycle")
         if self.claim_limit is not None and limit > self.claim_limit:
             raise psycopg.errors.QueryCanceled("canceling statement due to statement timeout")
+        # As the real statement: its claim sees the limits' slots as they were
+        # before its outcomes freed any.
+        free = self._free_slots()
         done, written = self._settle(succeeded, failures, worker, results)
-        claimed = self._claim(worker, limit, kinds, queues, orphans=False)
+        claimed = self._claim(worker, limit, kinds, queues, orphans=False, free=free)
         return Cycle(done, written, claimed)
 
     async def settle(
@@ -205,22 +210,25 @@ class FakeQueue:
         queues: Sequence[str] | None,
         *,
         orphans: bool,
+        free: Counter[str] | None = None,
     ) -> list[Job]:
         now = datetime.now(UTC)
-        ready = sorted(
-            (
-                j
-                for j in self.jobs.values()
-                if j.status is JobStatus.PENDING
+        free = self._free_slots() if free is None else free
+        ready = []
+        for j in sorted(self.jobs.values(), key=lambda j: (-j.priority, j.run_at, j.id)):
+            if (
+                j.status is JobStatus.PENDING
                 and (kinds is None or j.kind in kinds)
                 and (queues is None or j.queue in queues)
                 and j.orphaned == orphans
                 and j.run_at <= now
-            ),
-            key=lambda j: (-j.priority, j.run_at, j.id),
-        )[:limit]
+                and (j.limit_key is None or free[j.limit_key] > 0)
+            ):
+                if j.limit_key is not None:
+                    free[j.limit_key] -= 1
+                ready.append(j)
         claimed = []
-        for j in ready:
+        for j in ready[:limit]:
             self.jobs[j.id] = new = dataclasses.replace(
                 j,
                 attempts=j.attempts + 1,
@@ -230,6 +238,17 @@ class FakeQueue:
             )
             claimed.append(new)
         return claimed
+
+    def _free_slots(self) -> Counter[str]:
+        """Limit key -> its slots no running job holds (one for a key with no limit set)."""
+        free = Counter({key: self.limits.get(key, 1) for key in self._limit_keys()})
+        for j in self.jobs.values():
+            if j.limit_key is not None and j.status is JobStatus.RUNNING:
+                free[j.limit_key] -= 1
+        return free
+
+    def _limit_keys(self) -> set[str]:
+        return {j.limit_key for j in self.jobs.values() if j.limit_key is not None}
 
     def _settle(
         self,

@@ -82,3 +82,32 @@ async def test_an_idle_runner_takes_the_jobs_queued_behind_a_slow_one_in_its_chu
         await w.run(until_empty=True)
     assert sorted(ran) == quick
     assert sorted(fake.succeeded) == [slow, *quick]
+
+
+async def test_a_freed_slot_is_taken_again_at_once_without_a_notification_or_a_poll() -> None:
+    # No LISTEN (the fake refuses it) and no poll for ten minutes: only the
+    # worker itself can claim the key's next job once a slot is free.
+    fake = FakeQueue()
+    fake.limits["tenant:1"] = 2
+    ids = fake.add(n=6, limit_key="tenant:1")
+    ran: list[int] = []
+    barrier = threading.Barrier(2, timeout=PATIENCE)  # passes only with both slots in use
+    all_done = anyio.Event()
+
+    def call(job: pgqueue.Job) -> None:
+        barrier.wait()
+        ran.append(job.id)
+
+    async def watch() -> None:
+        while len(fake.succeeded) < len(ids):
+            await anyio.sleep(0.01)
+        all_done.set()
+
+    w = worker(fake, {"call": call, "k": call}, concurrency=4, poll_interval=600)
+    with anyio.fail_after(PATIENCE * 2):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(w.run)
+            tg.start_soon(watch)
+            await all_done.wait()
+            w.stop()
+    assert sorted(ran) == sorted(fake.succeeded) == ids

@@ -11,7 +11,7 @@ lease, as after a crash.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import anyio
@@ -51,6 +51,9 @@ class Completer:
     reporter: Reporter
     progress: Broadcast  # notified here when outcomes are recorded (or go back to wait)
     worker: str
+    # Called when an outcome that frees a limit's slot is decided, and again
+    # once it is written (the crew wires it to `Fetcher.slot_freed`).
+    slot_freed: Callable[[], None] = field(default=lambda: None)
     _ready: Wakeup = field(default_factory=Wakeup, init=False)  # set by `_add`, waited on by `run`
     _takes: int = field(default=0, init=False)  # statements that took outcomes (`run` reads it)
 
@@ -115,6 +118,8 @@ class Completer:
     def _add(self, job: Job, outcome: Outcome) -> None:
         if self.ledger.finish(job.id, outcome):
             self._ready.set()
+            if job.limit_key is not None:
+                self.slot_freed()
         else:
             log.warning("job %d (%s) finished after its lease was lost; its outcome is not "
                         "written (another worker may run it again)", job.id, job.kind)  # fmt: skip
@@ -188,6 +193,9 @@ class Completer:
         self.ledger.recorded(job.id for job, _ in batch)
         self.reporter.written(batch, done, written)
         self.progress.notify()
+        # The statement that freed a slot could not see it free: a claim can now.
+        if any(job.limit_key is not None for job, _ in batch):
+            self.slot_freed()
 
     async def run(self) -> None:
         """Write the outcomes that no claim carried within `OUTCOME_LINGER`."""

@@ -76,6 +76,7 @@ class Crew:
                                timed=bool(listeners), table=queue.table)  # fmt: skip
         self.fetcher = Fetcher(settings, queue, self.calls, self.ledger, self.completer,
                                self.runners, self.reporter, demand, progress)  # fmt: skip
+        self.completer.slot_freed = self.fetcher.slot_freed
         self.reaper = Reaper(settings, queue, self.calls, self.reporter, self.fetcher)
         # Cancel requests reach the runners both ways: by notification, and
         # from the heartbeat (every second while nobody listens).

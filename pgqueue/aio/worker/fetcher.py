@@ -65,6 +65,10 @@ class Fetcher:
     _in_flight: int = field(default=0, init=False)
     _starved: bool = field(default=False, init=False)  # the runners ran dry waiting last time
     _alone: bool = field(default=False, init=False)  # an orphan is held or running
+    # An outcome that frees a limit's slot waits to be written, or was just
+    # written (`slot_freed`): the next claim goes at once, whatever the
+    # runners hold, so that a key's waiting job takes the slot.
+    _slot_freed: bool = field(default=False, init=False)
     _errors: int = field(default=0, init=False)  # database errors in a row
     _limit: int = field(default=0, init=False)  # jobs per claim; halved when the server cancels one
     _next_orphan_look: float = field(default=0.0, init=False)
@@ -100,6 +104,12 @@ class Fetcher:
         for scope in self._shields:
             scope.deadline = self._cut_at
 
+    def slot_freed(self) -> None:
+        """(Completer.) A limited job's outcome is decided, or written: claim now."""
+        self._slot_freed = True
+        self.demand.set()
+        self.wakeup.set()
+
     def look_for_orphans_now(self) -> None:
         """(Reaper.) Jobs were just returned: the next turn looks for an orphan."""
         self._next_orphan_look = 0.0
@@ -126,7 +136,7 @@ class Fetcher:
                 elif self._may_claim():
                     if not await self._orphans_first():
                         self._in_flight += 1
-                        claims.start_soon(self._claim)
+                        claims.start_soon(self._claim, self._claim_size())
                 else:
                     await self.demand.wait()
 
@@ -136,6 +146,8 @@ class Fetcher:
         runners ran dry waiting last time)."""
         if self._alone or self._in_flight >= MAX_CLAIMS_IN_FLIGHT:
             return False
+        if self._slot_freed:
+            return True
         if self._in_flight and not self._starved:
             return False  # a second claim only beside runners that ran dry
         batch = self._limit
@@ -144,7 +156,15 @@ class Fetcher:
         )
         return self.ledger.unstarted + self._in_flight * batch <= target
 
-    async def _claim(self) -> None:
+    def _claim_size(self) -> int:
+        """A batch; a claim sent for a freed slot while the runners have more
+        than their low-water mark to start takes no more than they run at once."""
+        slot, self._slot_freed = self._slot_freed, False
+        if slot and self.ledger.unstarted > self.runners.low_water:
+            return min(self._limit, self.settings.concurrency)
+        return self._limit
+
+    async def _claim(self, limit: int) -> None:
         """One claim (``_in_flight`` counted by the caller): hand out what it
         found, or tell the loop that it found nothing."""
         quiet = not self.ledger.busy() and self._in_flight == 1
@@ -156,7 +176,7 @@ class Fetcher:
             # (unless a stop finds it still waiting after the grace period).
             with self._shielded():
                 jobs, carried, token_in = await self.completer.cycle(
-                    self._limit,
+                    limit,
                     self.settings.kinds,
                     self.settings.queues,
                     self.settings.claim_bytes,
@@ -185,7 +205,7 @@ class Fetcher:
             if self.reporter.wanted:
                 self.reporter.claimed(jobs)
             self.runners.hand_out(jobs)
-        elif self._in_flight == 0:
+        elif self._in_flight == 0 and not self._slot_freed:
             self._starved = False
             # Outcomes recorded by that very statement (a failure due again at
             # once, say) were invisible to its claim: no proof of an empty queue.

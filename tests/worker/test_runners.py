@@ -64,8 +64,9 @@ async def test_an_idle_runner_takes_the_jobs_queued_behind_a_slow_one_in_its_chu
     fake = FakeQueue()
     [slow] = fake.add("slow")
     quick = fake.add("quick", n=12)
-    # Two runners: the first takes the slow job and six quick ones behind it
-    # in its chunk, the second the other six; then, idle, the tail of the first.
+    # Two runners: the first takes all thirteen in its chunk (its share of a
+    # batch of 100), the slow one first; the second, idle, takes the later
+    # half of what that chunk has not begun, and again, until none is left.
     quick_done = threading.Event()
     ran: list[int] = []
 

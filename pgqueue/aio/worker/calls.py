@@ -4,7 +4,8 @@
 component can be tested against a fake (`tests/worker/fake.py`). `Calls`
 makes every call with a client-side deadline (a silent connection costs
 at most the worker's ``call_timeout``) and logs a call that has waited `STALL_WARNING`
-seconds, and again when it ends.
+seconds, and again when it ends. `Shields` keeps a call whose result must
+not be lost (a claim) from a stop, for the stop's grace period.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from ...core.ops import Cycle, Failure, Heartbeat, QueueCore
 from ...core.schedules import Schedule, Tick
 from ...core.worker import STALL_WARNING
 
-__all__ = ["DATABASE_ERRORS", "Calls", "WorkerQueue"]
+__all__ = ["DATABASE_ERRORS", "Calls", "Shields", "WorkerQueue"]
 
 log = logging.getLogger("pgqueue.worker")
 
@@ -151,3 +152,33 @@ class Calls:
                         "(pg_stat_activity and pg_locks show which)",
                         self.worker, call.what, now - call.since, self.table,
                     )  # fmt: skip
+
+
+class Shields:
+    """Shields calls from a stop until ``cut_after`` says how long it waits.
+
+    Owner: the fetcher, for its claims (`shielded`); ``cut_after`` comes
+    from the crew's stop. Both on the event loop.
+    """
+
+    def __init__(self) -> None:
+        self._scopes: set[anyio.CancelScope] = set()  # the calls shielded now
+        self._cut_at: float | None = None  # when a stop gives up on them
+
+    @contextmanager
+    def shielded(self) -> Iterator[None]:
+        with anyio.CancelScope(shield=True) as scope:
+            if self._cut_at is not None:
+                scope.deadline = self._cut_at
+            self._scopes.add(scope)
+            try:
+                yield
+            finally:
+                self._scopes.discard(scope)
+
+    def cut_after(self, seconds: float) -> None:
+        """(Stop.) Calls still waiting on the database ``seconds`` from now are
+        given up: what a claim may have claimed comes back through the lease."""
+        self._cut_at = anyio.current_time() + seconds
+        for scope in self._scopes:
+            scope.deadline = self._cut_at

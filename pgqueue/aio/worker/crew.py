@@ -104,7 +104,7 @@ class Crew:
             self.scheduler.stop()
         if self._fetching is not None:
             self._fetching.cancel()
-            self.fetcher.cut_claims_after(self.settings.grace_period)
+            self.fetcher.shields.cut_after(self.settings.grace_period)
 
     def abort(self) -> None:
         """(On the event loop; a second signal.) Interrupt running jobs now; if

@@ -17,8 +17,7 @@ reaper has just returned some; an idle one after every empty claim.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from dataclasses import dataclass, field
 
 import anyio
@@ -28,7 +27,7 @@ import psycopg.errors
 from ...core.jobs import Job
 from ...core.ledger import Ledger, Phase
 from ...core.worker import RETRY_BACKOFF, Outcome, WorkerSettings, describe_jobs
-from .calls import DATABASE_ERRORS, Calls, WorkerQueue
+from .calls import DATABASE_ERRORS, Calls, Shields, WorkerQueue
 from .completer import Completer
 from .flags import Broadcast, Wakeup
 from .reporter import Reporter
@@ -78,31 +77,13 @@ class Fetcher:
     # When a key with a rate, whose jobs the last claim left for want of a
     # token, has one again (`Cycle.token_in`): the idle wait ends then.
     _token_at: float = field(default=float("inf"), init=False)
-    _shields: set[anyio.CancelScope] = field(default_factory=set, init=False)  # claims in flight
-    _cut_at: float | None = field(default=None, init=False)  # when a stop gives up on claims
+    # Claims in flight are shielded from a stop, within its grace period.
+    shields: Shields = field(default_factory=Shields, init=False)
 
     def __post_init__(self) -> None:
         self._limit = self.settings.batch_size
         # A worker (re)started after a crash looks at once: the orphans may be its own.
         self._next_orphan_look = anyio.current_time()
-
-    @contextmanager
-    def _shielded(self) -> Iterator[None]:
-        with anyio.CancelScope(shield=True) as scope:
-            if self._cut_at is not None:
-                scope.deadline = self._cut_at
-            self._shields.add(scope)
-            try:
-                yield
-            finally:
-                self._shields.discard(scope)
-
-    def cut_claims_after(self, seconds: float) -> None:
-        """(Stop.) Claims still waiting on the database ``seconds`` from now are
-        given up: what they may have claimed comes back through the lease."""
-        self._cut_at = anyio.current_time() + seconds
-        for scope in self._shields:
-            scope.deadline = self._cut_at
 
     def slot_freed(self) -> None:
         """(Completer.) A limited job's outcome is decided, or written: claim now."""
@@ -174,7 +155,7 @@ class Fetcher:
         try:
             # Shielded: a claim that committed is never dropped on the floor
             # (unless a stop finds it still waiting after the grace period).
-            with self._shielded():
+            with self.shields.shielded():
                 jobs, carried, token_in = await self.completer.cycle(
                     limit,
                     self.settings.kinds,
@@ -255,7 +236,7 @@ class Fetcher:
         while True:
             jobs: list[Job] = []
             try:
-                with self._shielded():
+                with self.shields.shielded():
                     jobs = await self.calls("claim of an orphaned job", self.queue.claim_orphan,
                                             worker=self.settings.name,
                                             kinds=self.settings.kinds,

@@ -1,12 +1,12 @@
 """Plain-function jobs in worker threads, a few to a thread hop.
 
 A hop costs more than a trivial handler, so a runner that begins plain
-jobs takes its fair share of those claimed (`Chunk`) and runs them one
-after another in one thread. A share is never more than the unstarted
-jobs divided among the runners, so that a few jobs go to as many
-threads; and a runner with nothing else to do takes the later half of
-what a chunk has not begun (`Threads.steal`), so that a slow handler never
-holds back the jobs queued behind it in its chunk.
+jobs takes its fair share of a batch (`Chunk`) and runs them one after
+another in one thread. A runner with nothing else to do takes the later
+half of what a chunk has not begun (`Threads.steal`): a few jobs claimed
+together spread over as many threads, and a slow handler never holds back
+the jobs queued behind it in its chunk. The hops are saved while every
+runner is busy, and only then.
 
 `call_plain` runs one plain handler in its thread, in its job's context
 (`pgqueue.job_context()`) and span, and encodes its return value there,
@@ -92,10 +92,8 @@ class Threads:
 
     def take(self) -> Chunk:
         """Begin the next claimed jobs, while they are chunk jobs: a fair share
-        of the batch, and no more than the unstarted jobs shared among the runners."""
-        ledger, concurrency = self.ledger, self.settings.concurrency
-        per_runner = -(-ledger.unstarted // concurrency)  # rounded up
-        share = max(1, min(self.settings.batch_size // concurrency, per_runner))
+        of the batch. (Fewer jobs than runners are shared out by `steal`.)"""
+        ledger, share = self.ledger, max(1, self.settings.batch_size // self.settings.concurrency)
         worker, runs = self.settings.name, list[JobContext]()
         while len(runs) < share:
             job = ledger.next_unstarted()

@@ -9,22 +9,19 @@ The work is done by a `Crew` of small components made new for each run
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from contextlib import suppress
 from datetime import timedelta
 from typing import Any, TypeVar
 
 import anyio
-import anyio.from_thread
-import anyio.lowlevel
 
 from ...core.events import EventListener, check_listener, listeners_from
 from ...core.jobs import DEFAULT_QUEUE
 from ...core.schedules import Schedule, validate_schedule
 from ...core.worker import Handlers, WorkerSettings
 from ..queue import AsyncQueue
+from .control import RunControl
 from .crew import Crew
 
 __all__ = ["AsyncWorker"]
@@ -138,12 +135,7 @@ class AsyncWorker:
             claim_bytes=claim_bytes,
         )
         self.handle_signals = handle_signals
-        # Written by stop() (any thread) and run(); a stop() before run() stops that run at once.
-        self._stopping = False
-        # The current run's crew and event loop, for stop() from another thread.
-        self._crew: Crew | None = None
-        self._token: anyio.lowlevel.EventLoopToken | None = None
-        self._loop_thread: int | None = None
+        self._control = RunControl(self.settings.name)  # the current run, for stop()
         # Written by schedule() before run(); read by each run's crew.
         self._schedules: dict[str, Schedule] = {}
 
@@ -232,18 +224,12 @@ class AsyncWorker:
 
     def stop(self) -> None:
         """Stop gracefully; callable from any thread, task or handler."""
-        self._stopping = True
-        self._on_loop(lambda crew: crew.stop())
+        self._control.stop()
 
-    def _on_loop(self, action: Callable[[Crew], None]) -> None:
-        crew, token = self._crew, self._token
-        if crew is None or token is None:
-            return
-        if threading.get_ident() == self._loop_thread:
-            action(crew)
-        else:
-            with suppress(anyio.RunFinishedError):
-                anyio.from_thread.run_sync(action, crew, token=token)
+    @property
+    def _crew(self) -> Crew | None:
+        """The current run's components (None between runs)."""
+        return self._control.crew
 
     async def run(self, *, until_empty: bool = False, handle_signals: bool | None = None) -> None:
         """Work until `stop` (or, with ``until_empty``, until no job is ready or running).
@@ -254,13 +240,9 @@ class AsyncWorker:
         """
         if handle_signals is None:
             handle_signals = self.handle_signals
-        if self._crew is not None:
-            raise RuntimeError(f"worker {self.name} is already running")
         crew = Crew(self.queue, self.settings, self.handlers, self._event_listeners,
                     list(self._schedules.values()))  # fmt: skip
-        self._token = anyio.lowlevel.current_token()
-        self._loop_thread = threading.get_ident()
-        self._crew = crew
+        self._control.begin(crew)  # raises if a run is under way
         log.info(
             "worker %s starting: concurrency=%d batch_size=%d queues=%s kinds=%s",
             self.name,
@@ -270,28 +252,11 @@ class AsyncWorker:
             self.settings.kinds or "all",
         )
         try:
-            if self._stopping:
-                crew.stop()
             async with anyio.create_task_group() as tg:
                 if handle_signals and threading.current_thread() is threading.main_thread():
-                    tg.start_soon(self._on_signals, crew)
+                    tg.start_soon(self._control.on_signals, crew)
                 await crew.run(until_empty=until_empty)
                 tg.cancel_scope.cancel()
         finally:
-            self._crew = self._token = None
-            # This run has spent the stop() that ended it.
-            self._stopping = False
+            self._control.end()
             log.info("worker %s stopped", self.name)
-
-    async def _on_signals(self, crew: Crew) -> None:
-        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            async for signum in signals:
-                name = signal.Signals(signum).name
-                if self._stopping:
-                    log.warning(
-                        "worker %s: %s again, not waiting for running jobs", self.name, name
-                    )
-                    crew.abort()
-                else:
-                    log.info("worker %s: %s, stopping gracefully", self.name, name)
-                    self.stop()

@@ -49,7 +49,7 @@ from ...core.worker import (
 )
 from .completer import Completer
 from .flags import Broadcast, Wakeup
-from .threads import Threads, call_plain
+from .threads import Threads, call_plain, log_cancel_asked
 
 __all__ = ["Runners"]
 
@@ -136,9 +136,7 @@ class Runners:
                          context.job.kind)  # fmt: skip
                 lane.cancel()
             else:
-                log.info("job %d (%s): cancel requested; its handler (a plain function) "
-                         "stops if it checks pgqueue.job_context()", job_id,
-                         context.job.kind)  # fmt: skip
+                log_cancel_asked(context.job)
 
     def close(self) -> None:
         """Hand out nothing more; jobs of thread chunks not begun are released."""

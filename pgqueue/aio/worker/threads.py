@@ -26,6 +26,7 @@ import anyio.to_thread
 
 from ...core import tracing
 from ...core.context import CURRENT, JobContext
+from ...core.jobs import Job
 from ...core.ledger import Ledger
 from ...core.results import encode_result
 from ...core.states import Event
@@ -33,7 +34,7 @@ from ...core.worker import CANCELLED_UNSTARTED, INTERRUPTED, Handlers, Outcome, 
 from .chunk import Chunk, Ran
 from .completer import Completer
 
-__all__ = ["Threads", "call_plain"]
+__all__ = ["Threads", "call_plain", "log_cancel_asked"]
 
 log = logging.getLogger("pgqueue.worker")
 
@@ -57,6 +58,12 @@ def call_plain(handler: Callable[..., Any], context: JobContext, table: str, tim
     finally:
         CURRENT.reset(token)
     return context, None, result, None if start is None else perf_counter() - start
+
+
+def log_cancel_asked(job: Job) -> None:
+    """A running plain handler's cancel was requested: it can only be told."""
+    log.info("job %d (%s): cancel requested; its handler (a plain function) "
+             "stops if it checks pgqueue.job_context()", job.id, job.kind)  # fmt: skip
 
 
 @dataclass(eq=False)
@@ -132,8 +139,7 @@ class Threads:
             log.info("job %d (%s) cancelled before it started", job_id, job.kind)
             self.completer.failed(job, CANCELLED_UNSTARTED, Event.CANCEL)
         else:
-            log.info("job %d (%s): cancel requested; its handler (a plain function) "
-                     "stops if it checks pgqueue.job_context()", job_id, job.kind)  # fmt: skip
+            log_cancel_asked(job)
 
     def close(self) -> None:
         """Begin nothing more: the jobs of chunks not begun are released."""

@@ -5,7 +5,10 @@ carries every outcome waiting (`Completer.cycle`). When the runners ran dry
 waiting for the last claim, the next one goes out a batch earlier, so
 that two claims are in flight: the database works on one while the
 runners finish the other's jobs. An empty claim sends the fetcher to
-sleep until a notification, an outcome or ``poll_interval``.
+sleep until a notification, an outcome or ``poll_interval``. A limited
+job's outcome is not left to wait: while a runner is about to be free, a
+claim carries it at once, and the claim after it (the first that can see
+the slot free) follows as soon as that one returns.
 
 An orphaned job (`Job.orphaned`: its last worker vanished holding it) is
 kept out of batches and run alone: held until nothing else is claimed,
@@ -65,8 +68,8 @@ class Fetcher:
     _starved: bool = field(default=False, init=False)  # the runners ran dry waiting last time
     _alone: bool = field(default=False, init=False)  # an orphan is held or running
     # An outcome that frees a limit's slot waits to be written, or was just
-    # written (`slot_freed`): the next claim goes at once, whatever the
-    # runners hold, so that a key's waiting job takes the slot.
+    # written (`slot_freed`): while a runner is about to be free, the next
+    # claim goes at once, so that a waiting job of the key takes the slot.
     _slot_freed: bool = field(default=False, init=False)
     _errors: int = field(default=0, init=False)  # database errors in a row
     _limit: int = field(default=0, init=False)  # jobs per claim; halved when the server cancels one
@@ -117,7 +120,8 @@ class Fetcher:
                 elif self._may_claim():
                     if not await self._orphans_first():
                         self._in_flight += 1
-                        claims.start_soon(self._claim, self._claim_size())
+                        self._slot_freed = False  # this claim carries it, or sees it
+                        claims.start_soon(self._claim)
                 else:
                     await self.demand.wait()
 
@@ -127,7 +131,7 @@ class Fetcher:
         runners ran dry waiting last time)."""
         if self._alone or self._in_flight >= MAX_CLAIMS_IN_FLIGHT:
             return False
-        if self._slot_freed:
+        if self._slot_freed and self.ledger.unstarted < self.settings.concurrency:
             return True
         if self._in_flight and not self._starved:
             return False  # a second claim only beside runners that ran dry
@@ -137,15 +141,7 @@ class Fetcher:
         )
         return self.ledger.unstarted + self._in_flight * batch <= target
 
-    def _claim_size(self) -> int:
-        """A batch; a claim sent for a freed slot while the runners have more
-        than their low-water mark to start takes no more than they run at once."""
-        slot, self._slot_freed = self._slot_freed, False
-        if slot and self.ledger.unstarted > self.runners.low_water:
-            return min(self._limit, self.settings.concurrency)
-        return self._limit
-
-    async def _claim(self, limit: int) -> None:
+    async def _claim(self) -> None:
         """One claim (``_in_flight`` counted by the caller): hand out what it
         found, or tell the loop that it found nothing."""
         quiet = not self.ledger.busy() and self._in_flight == 1
@@ -157,7 +153,7 @@ class Fetcher:
             # (unless a stop finds it still waiting after the grace period).
             with self.shields.shielded():
                 jobs, carried, token_in = await self.completer.cycle(
-                    limit,
+                    self._limit,
                     self.settings.kinds,
                     self.settings.queues,
                     self.settings.claim_bytes,

@@ -4,6 +4,7 @@ are runners, and an idle runner takes the tail of a chunk held up by a slow job.
 from __future__ import annotations
 
 import threading
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 import pgqueue
 from pgqueue import JobStatus
 from pgqueue.aio.worker.chunk import Chunk
+from pgqueue.aio.worker.threads import WORTH_A_HOP
 from pgqueue.core.context import JobContext
 
 from .fake import FakeQueue
@@ -109,3 +111,32 @@ async def test_a_freed_slot_is_taken_again_at_once_without_a_notification_or_a_p
             assert await anyio.to_thread.run_sync(all_ran.wait, PATIENCE)
             w.stop()
     assert sorted(ran) == sorted(fake.succeeded) == ids
+
+
+async def test_a_quick_jobs_outcome_is_written_while_a_slow_one_of_its_chunk_runs() -> None:
+    # One runner, so one chunk: slow, quick, slow, quick. The first slow run
+    # shows the kind slow (it takes well over a hop's cost); the second slow
+    # handler returns once the quick job before it has its success written,
+    # which it only is if that outcome goes out before the slow run begins.
+    fake = FakeQueue()
+    [teacher] = fake.add("slow")
+    [first] = fake.add("quick")
+    [slow] = fake.add("slow")
+    [last] = fake.add("quick")
+    first_written = threading.Event()
+
+    def on_event(event: pgqueue.JobEvent) -> None:
+        if event.name == "succeeded" and event.job_id == first:
+            first_written.set()
+
+    def run_slow(job: pgqueue.Job) -> None:
+        if job.id == teacher:
+            time.sleep(10 * WORTH_A_HOP)  # slow: what the test is about, not a wait
+        elif not first_written.wait(PATIENCE):
+            raise RuntimeError("the quick job's outcome waited for this one")
+
+    w = worker(fake, {"slow": run_slow, "quick": lambda job: None}, concurrency=1,
+               on_event=on_event)  # fmt: skip
+    with anyio.fail_after(PATIENCE * 2):
+        await w.run(until_empty=True)
+    assert sorted(fake.succeeded) == [teacher, first, slow, last]

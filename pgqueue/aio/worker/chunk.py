@@ -9,6 +9,7 @@ while a runner is idle.
 from __future__ import annotations
 
 import threading
+from collections.abc import Container
 
 from ...core.context import JobContext
 from ...core.jobs import Job
@@ -22,27 +23,30 @@ Ran = tuple[JobContext, Exception | None, str | None, float | None]
 class Chunk:
     """Plain-function jobs that one worker thread runs one after another.
 
-    Shared by the event loop and one thread, under ``_lock``: the thread
-    begins runs (`start_next`) and ends them (`ran_one`: an append, atomic
-    without the lock); the loop may `withdraw` a run not begun yet (its job
-    was cancelled), `split` off the later half of those not begun, or `cut`
-    the rest.
+    Shared by the event loop and one thread (one hop at a time), under
+    ``_lock``: the thread begins runs (`start_next`) and ends them
+    (`ran_one`); the loop takes the runs ended so far (`take_ran`), and may
+    `withdraw` a run not begun yet (its job was cancelled), `split` off the
+    later half of those not begun, or `cut` the rest.
     """
 
     def __init__(self, runs: list[JobContext]) -> None:
         self.runs = runs
-        self._ran: list[Ran] = []  # appended by the thread, read by `finish`
+        self._ran: list[Ran] = []  # ended, not taken yet: appended by the thread
         self._next = 0  # runs[:_next] are begun (or withdrawn)
-        self._current: JobContext | None = None  # the last begun: ended once in `_ran`
+        self._current: JobContext | None = None  # begun and not ended
         self._withdrawn: set[int] = set()  # job ids never to begin
         self._cut = False
         self._lock = threading.Lock()
 
-    def start_next(self) -> JobContext | None:
-        """(In the thread.) The next run to begin, or None when done or cut."""
+    def start_next(self, *, unless: Container[str] = ()) -> JobContext | None:
+        """(In the thread.) The next run to begin; None when done or cut, or
+        when the next run's kind is in ``unless`` (left for a later hop)."""
         with self._lock:
             while not self._cut and self._next < len(self.runs):
                 run = self.runs[self._next]
+                if run.job.kind in unless:
+                    return None
                 self._next += 1
                 if run.job.id not in self._withdrawn:
                     self._current = run
@@ -51,7 +55,15 @@ class Chunk:
 
     def ran_one(self, ran: Ran) -> None:
         """(In the thread.) The run `start_next` returned has ended."""
-        self._ran.append(ran)
+        with self._lock:
+            self._ran.append(ran)
+            self._current = None
+
+    def take_ran(self) -> list[Ran]:
+        """(On the event loop.) The runs ended since the last take."""
+        with self._lock:
+            ran, self._ran = self._ran, []
+            return ran
 
     def unbegun(self) -> int:
         """(On the event loop.) How many runs are not begun yet (withdrawn ones included)."""
@@ -92,11 +104,10 @@ class Chunk:
 
     def finish(self) -> tuple[list[Ran], list[JobContext], list[Job]]:
         """(On the event loop.) Cut the chunk and split it: the runs that
-        ended, the run begun but unfinished (abandoned), and the jobs never
-        begun that `cut` has not handed out yet."""
+        ended (not taken yet), the run begun but unfinished (abandoned), and
+        the jobs never begun that `cut` has not handed out yet."""
         never_begun = self.cut()
         with self._lock:
-            ran, current = list(self._ran), self._current
-        if current is None or (ran and ran[-1][0] is current):
-            return ran, [], never_begun
-        return ran, [current], never_begun
+            ran, current = self._ran, self._current
+            self._ran, self._current = [], None
+        return ran, [] if current is None else [current], never_begun

@@ -2,7 +2,10 @@
 
 A hop costs more than a trivial handler, so a runner that begins plain
 jobs takes its fair share of a batch (`Chunk`) and runs them one after
-another in one thread. A runner with nothing else to do takes the later
+another in one thread, until one of them is slow enough to be worth a hop
+of its own (`WORTH_A_HOP`; a kind that was slow last time runs in a hop of
+its own from then on), so that a quick job's outcome never waits for a
+slow one's. A runner with nothing else to do takes the later
 half of what a chunk has not begun (`Threads.steal`): a few jobs claimed
 together spread over as many threads, and a slow handler never holds back
 the jobs queued behind it in its chunk. The hops are saved while every
@@ -37,6 +40,11 @@ from .completer import Completer
 __all__ = ["Threads", "call_plain", "log_cancel_asked"]
 
 log = logging.getLogger("pgqueue.worker")
+
+# A handler that ran this long (seconds) ends its thread hop: a hop costs
+# tens of microseconds, nothing beside such a job, and the outcomes of the
+# chunk so far (a limit's slot among them) should not wait for the rest.
+WORTH_A_HOP = 0.001
 
 
 def call_plain(handler: Callable[..., Any], context: JobContext, table: str, timed: bool) -> Ran:
@@ -84,6 +92,9 @@ class Threads:
     # with its run and its chunk (which a `steal` changes).
     _runs: dict[int, tuple[JobContext, Chunk]] = field(default_factory=dict, init=False)
     _kinds: dict[str, bool] = field(default_factory=dict, init=False)  # kind -> `takes`
+    # Kinds whose last run in a chunk was worth a hop of its own: written and
+    # read by the chunks' threads (a hint: a race costs a hop, or saves one).
+    _slow: set[str] = field(default_factory=set, init=False)
 
     def takes(self, kind: str) -> bool:
         """Whether jobs of ``kind`` run in chunks: a plain function with no
@@ -149,24 +160,23 @@ class Threads:
                 self.completer.failed(job, "released", Event.RELEASE)
 
     async def run(self, chunk: Chunk) -> None:
-        """Run a chunk in one worker thread; on `close`, its jobs not begun are
-        cut off and released."""
+        """Run a chunk in a worker thread, a hop until it ends or a handler
+        is slow (`WORTH_A_HOP`); on `close`, its jobs not begun are cut off
+        and released."""
         try:
-            # Abandoned on cancel (the grace period ran out): see `Worker`.
-            await anyio.to_thread.run_sync(
-                self._call_chunk, chunk, abandon_on_cancel=True, limiter=self.limiter
-            )
+            while True:
+                # Abandoned on cancel (the grace period ran out): see `Worker`.
+                await anyio.to_thread.run_sync(
+                    self._call_chunk, chunk, abandon_on_cancel=True, limiter=self.limiter
+                )
+                if not chunk.unbegun():
+                    break
+                self._ended(chunk.take_ran())
         finally:
             self._chunks.discard(chunk)
             ran, abandoned, never_begun = chunk.finish()
+            self._ended(ran)
             runs, completer = self._runs, self.completer
-            for context, exc, result, duration in ran:
-                job = context.job
-                del runs[job.id]
-                if exc is None:
-                    completer.succeeded(job, duration, result)
-                else:
-                    completer.raised(context, exc, duration)
             for context in abandoned:
                 del runs[context.job.id]
                 completer.failed(context.job, INTERRUPTED, Event.EXPIRE)
@@ -174,10 +184,32 @@ class Threads:
                 del runs[job.id]
                 completer.failed(job, "released", Event.RELEASE)
 
+    def _ended(self, ran: list[Ran]) -> None:
+        """Hand the outcomes of ended runs to the completer."""
+        runs, completer = self._runs, self.completer
+        for context, exc, result, duration in ran:
+            job = context.job
+            del runs[job.id]
+            if exc is None:
+                completer.succeeded(job, duration, result)
+            else:
+                completer.raised(context, exc, duration)
+
     def _call_chunk(self, chunk: Chunk) -> None:
-        """In a worker thread: run the chunk's handlers until it ends or is cut."""
-        handlers, table, timed = self.handlers, self.table, self.timed
-        while (context := chunk.start_next()) is not None:
-            handler = handlers.get(context.job.kind)
+        """In a worker thread: run the chunk's handlers until it ends or is
+        cut, or until a handler worth a hop of its own has run or is next
+        (its kind was slow last time): the outcomes so far then go out at
+        once, and the rest waits for the next hop (or an idle runner's `steal`)."""
+        handlers, table, timed, slow = self.handlers, self.table, self.timed, self._slow
+        context = chunk.start_next()
+        while context is not None:
+            kind = context.job.kind
+            handler = handlers.get(kind)
             assert handler is not None
+            began = perf_counter()
             chunk.ran_one(call_plain(handler, context, table, timed))
+            if perf_counter() - began >= WORTH_A_HOP:
+                slow.add(kind)
+                return
+            slow.discard(kind)
+            context = chunk.start_next(unless=slow)

@@ -2,14 +2,16 @@
 
 A thread hop costs more than a trivial handler; a few jobs share one. A
 runner with nothing else to do takes the later half of the runs a chunk
-has not begun (`split`), so that no job waits behind another's handler
-while a runner is idle.
+has not begun (`split`) once they have waited behind one run long enough
+to be worth a hop, so that no job waits behind a slow handler while a
+runner is idle.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Container
+from time import perf_counter
 
 from ...core.context import JobContext
 from ...core.jobs import Job
@@ -37,6 +39,9 @@ class Chunk:
         self._current: JobContext | None = None  # begun and not ended
         self._withdrawn: set[int] = set()  # job ids never to begin
         self._cut = False
+        # When the thread began its current run (or last ended one), or the
+        # chunk was made: how long what is not begun has waited for it.
+        self._since = perf_counter()
         self._lock = threading.Lock()
 
     def start_next(self, *, unless: Container[str] = ()) -> JobContext | None:
@@ -50,6 +55,7 @@ class Chunk:
                 self._next += 1
                 if run.job.id not in self._withdrawn:
                     self._current = run
+                    self._since = perf_counter()
                     return run
             return None
 
@@ -69,6 +75,12 @@ class Chunk:
         """(On the event loop.) How many runs are not begun yet (withdrawn ones included)."""
         with self._lock:
             return 0 if self._cut else len(self.runs) - self._next
+
+    def waiting(self) -> tuple[int, float]:
+        """(On the event loop.) How many runs are not begun yet, and since when
+        (`time.perf_counter`) they have waited behind the thread's current run."""
+        with self._lock:
+            return 0 if self._cut else len(self.runs) - self._next, self._since
 
     def split(self) -> list[JobContext]:
         """(On the event loop.) Take away the later half (rounded up) of the

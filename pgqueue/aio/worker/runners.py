@@ -4,10 +4,10 @@ A runner takes the next claimed job, whatever it is: ``async def``
 handlers run on the event loop, plain functions in worker threads, a few
 jobs to a thread hop (`pgqueue.aio.worker.threads`). A runner that finds
 no claimed job takes the not-yet-begun tail of another runner's chunk
-before it waits, so ``concurrency`` handlers run whenever that many jobs
-are ready. Every handler is timed and bounded here, and nowhere else; its
-outcome (with its return value as JSON, for a job that keeps one) goes to
-the completer.
+that waits behind a run (or waits until one is worth taking), so
+``concurrency`` handlers run whenever that many jobs are ready. Every
+handler is timed and bounded here, and nowhere else; its outcome (with
+its return value as JSON, for a job that keeps one) goes to the completer.
 
 Each run has a `JobContext` (`pgqueue.job_context()`), set around the
 handler: in the runner task for an async handler, in the thread, job by
@@ -171,12 +171,15 @@ class Runners:
         while not self._closed:
             job = self.ledger.next_unstarted()
             if job is None:
-                # Nothing claimed waits: the tail of a chunk may.
-                chunk = threads.steal()
-                if chunk is None:
+                # Nothing claimed waits: the tail of a chunk may, now or soon.
+                chunk, retry_in = threads.steal()
+                if chunk is not None:
+                    await threads.run(chunk)
+                elif retry_in is None:
                     await self._work.wait()
                 else:
-                    await threads.run(chunk)
+                    with anyio.move_on_after(retry_in):
+                        await self._work.wait()
                 continue
             # No checkpoint from here to _run_one: a job is always either
             # claimed (to release) or running (to record).

@@ -3,13 +3,14 @@
 A hop costs more than a trivial handler, so a runner that begins plain
 jobs takes its fair share of a batch (`Chunk`) and runs them one after
 another in one thread, until one of them is slow enough to be worth a hop
-of its own (`WORTH_A_HOP`; a kind that was slow last time runs in a hop of
+of its own (`WORTH_A_HOP`; a kind that was slow last time begins a hop of
 its own from then on), so that a quick job's outcome never waits for a
-slow one's. A runner with nothing else to do takes the later
-half of what a chunk has not begun (`Threads.steal`): a few jobs claimed
-together spread over as many threads, and a slow handler never holds back
-the jobs queued behind it in its chunk. The hops are saved while every
-runner is busy, and only then.
+slow one's. A runner with nothing else to do takes the later half of what
+a chunk has not begun once it has waited that long behind one run
+(`Threads.steal`): a few blocking jobs claimed together spread over as
+many threads, and a slow handler never holds back the jobs queued behind
+it. Trivial jobs share hops; no job waits for a handler much longer than
+a hop would take while a runner is idle.
 
 `call_plain` runs one plain handler in its thread, in its job's context
 (`pgqueue.job_context()`) and span, and encodes its return value there,
@@ -121,14 +122,24 @@ class Threads:
             runs.append(JobContext(job, worker))
         return self._chunk(runs)
 
-    def steal(self) -> Chunk | None:
-        """The later half of what the chunk with most runs not begun has left,
-        as a chunk of its own; None if every chunk has begun its last run."""
-        victim = max(self._chunks, key=Chunk.unbegun, default=None)
-        if victim is None or not victim.unbegun():
-            return None
-        runs = victim.split()
-        return self._chunk(runs) if runs else None
+    def steal(self) -> tuple[Chunk | None, float | None]:
+        """The later half of what a chunk has not begun, as a chunk of its own,
+        from the chunk with most such runs among those whose thread has been
+        on its current run for `WORTH_A_HOP` (a trivial run ends sooner than
+        a hop would begin); else None, and in how many seconds another
+        chunk's tail will be worth taking (None if none has a tail)."""
+        now, victim, most, soonest = perf_counter(), None, 0, None
+        for chunk in self._chunks:
+            left, since = chunk.waiting()
+            if not left:
+                continue
+            wait = since + WORTH_A_HOP - now
+            if wait > 0:
+                soonest = wait if soonest is None else min(soonest, wait)
+            elif left > most:
+                victim, most = chunk, left
+        runs = victim.split() if victim is not None else []
+        return (self._chunk(runs), None) if runs else (None, soonest)
 
     def _chunk(self, runs: list[JobContext]) -> Chunk:
         chunk = Chunk(runs)

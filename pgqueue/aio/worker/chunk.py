@@ -39,9 +39,10 @@ class Chunk:
         self._current: JobContext | None = None  # begun and not ended
         self._withdrawn: set[int] = set()  # job ids never to begin
         self._cut = False
-        # When the thread began its current run (or last ended one), or the
-        # chunk was made: how long what is not begun has waited for it.
-        self._since = perf_counter()
+        # When the thread began its current run, or the chunk was made: how
+        # long what is not begun has waited for it. Written under the lock
+        # by `start_next`; read by the thread itself without it.
+        self.since = perf_counter()
         self._lock = threading.Lock()
 
     def start_next(self, *, unless: Container[str] = ()) -> JobContext | None:
@@ -55,7 +56,7 @@ class Chunk:
                 self._next += 1
                 if run.job.id not in self._withdrawn:
                     self._current = run
-                    self._since = perf_counter()
+                    self.since = perf_counter()
                     return run
             return None
 
@@ -80,7 +81,7 @@ class Chunk:
         """(On the event loop.) How many runs are not begun yet, and since when
         (`time.perf_counter`) they have waited behind the thread's current run."""
         with self._lock:
-            return 0 if self._cut else len(self.runs) - self._next, self._since
+            return 0 if self._cut else len(self.runs) - self._next, self.since
 
     def split(self) -> list[JobContext]:
         """(On the event loop.) Take away the later half (rounded up) of the

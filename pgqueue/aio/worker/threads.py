@@ -217,10 +217,10 @@ class Threads:
             kind = context.job.kind
             handler = handlers.get(kind)
             assert handler is not None
-            began = perf_counter()
             chunk.ran_one(call_plain(handler, context, table, timed))
-            if perf_counter() - began >= WORTH_A_HOP:
+            if perf_counter() - chunk.since >= WORTH_A_HOP:  # since it began
                 slow.add(kind)
                 return
-            slow.discard(kind)
+            if slow:
+                slow.discard(kind)
             context = chunk.start_next(unless=slow)

@@ -182,11 +182,15 @@ class Fetcher:
             if self.reporter.wanted:
                 self.reporter.claimed(jobs)
             self.runners.hand_out(jobs)
-        elif self._in_flight == 0 and not self._slot_freed:
+        else:
+            # Nothing came: no second claim beside one still in flight (two
+            # empty claims could otherwise keep each other going).
             self._starved = False
-            # Outcomes recorded by that very statement (a failure due again at
-            # once, say) were invisible to its claim: no proof of an empty queue.
-            self._found_nothing = quiet and not carried and not self.ledger.outcomes_pending()
+            if self._in_flight == 0 and not self._slot_freed:
+                # Outcomes recorded by that very statement (a failure due again
+                # at once, say) were invisible to its claim: no proof of an
+                # empty queue.
+                self._found_nothing = quiet and not carried and not self.ledger.outcomes_pending()
 
     async def _new_to_this_worker(self, jobs: list[Job]) -> list[Job]:
         """The claimed jobs this worker does not hold already. One it still runs

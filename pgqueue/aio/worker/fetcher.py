@@ -4,8 +4,9 @@ A claim is sent when the runners are down to their low-water mark, and
 carries every outcome waiting (`Completer.cycle`). When the runners ran dry
 waiting for the last claim, the next one goes out a batch earlier, so
 that two claims are in flight: the database works on one while the
-runners finish the other's jobs. An empty claim sends the fetcher to
-sleep until a notification, an outcome or ``poll_interval``. A limited
+runners finish the other's jobs, until a claim comes back empty. The
+last empty claim sends the fetcher to sleep until a notification, an
+outcome or ``poll_interval``. A limited
 job's outcome is not left to wait: while a runner is about to be free, a
 claim carries it at once, and the claim after it (the first that can see
 the slot free) follows as soon as that one returns.

@@ -45,7 +45,9 @@ log = logging.getLogger("pgqueue.worker")
 # A handler that ran this long (seconds) ends its thread hop: a hop costs
 # tens of microseconds, nothing beside such a job, and the outcomes of the
 # chunk so far (a limit's slot among them) should not wait for the rest.
-WORTH_A_HOP = 0.001
+# Well above what a trivial handler takes when its thread is preempted on
+# a busy machine (a millisecond did: trivial chunks were cut into hops).
+WORTH_A_HOP = 0.005
 
 
 def call_plain(handler: Callable[..., Any], context: JobContext, table: str, timed: bool) -> Ran:

@@ -27,16 +27,18 @@ class Chunk:
 
     Shared by the event loop and one thread (one hop at a time), under
     ``_lock``: the thread begins runs (`start_next`) and ends them
-    (`ran_one`); the loop takes the runs ended so far (`take_ran`), and may
+    (`ran_one`: an append, atomic without the lock); the loop takes the
+    runs ended so far (`take_ran`: a slice, up to the length it read), and may
     `withdraw` a run not begun yet (its job was cancelled), `split` off the
     later half of those not begun, or `cut` the rest.
     """
 
     def __init__(self, runs: list[JobContext]) -> None:
         self.runs = runs
-        self._ran: list[Ran] = []  # ended, not taken yet: appended by the thread
+        self._ran: list[Ran] = []  # appended by the thread (atomic without the lock)
+        self._taken = 0  # _ran[:_taken] are taken by the loop (`take_ran`)
         self._next = 0  # runs[:_next] are begun (or withdrawn)
-        self._current: JobContext | None = None  # begun and not ended
+        self._current: JobContext | None = None  # the last begun: ended once in `_ran`
         self._withdrawn: set[int] = set()  # job ids never to begin
         self._cut = False
         # When the thread began its current run, or the chunk was made: how
@@ -51,7 +53,7 @@ class Chunk:
         with self._lock:
             while not self._cut and self._next < len(self.runs):
                 run = self.runs[self._next]
-                if run.job.kind in unless:
+                if unless and run.job.kind in unless:
                     return None
                 self._next += 1
                 if run.job.id not in self._withdrawn:
@@ -62,15 +64,13 @@ class Chunk:
 
     def ran_one(self, ran: Ran) -> None:
         """(In the thread.) The run `start_next` returned has ended."""
-        with self._lock:
-            self._ran.append(ran)
-            self._current = None
+        self._ran.append(ran)
 
-    def take_ran(self) -> list[Ran]:
-        """(On the event loop.) The runs ended since the last take."""
-        with self._lock:
-            ran, self._ran = self._ran, []
-            return ran
+    def take_ran(self, ended: int | None = None) -> list[Ran]:
+        """(On the event loop.) The runs ended since the last take (up to the
+        first ``ended`` runs, if given)."""
+        taken, self._taken = self._taken, len(self._ran) if ended is None else ended
+        return self._ran[taken : self._taken]
 
     def unbegun(self) -> int:
         """(On the event loop.) How many runs are not begun yet (withdrawn ones included)."""
@@ -120,7 +120,8 @@ class Chunk:
         ended (not taken yet), the run begun but unfinished (abandoned), and
         the jobs never begun that `cut` has not handed out yet."""
         never_begun = self.cut()
-        with self._lock:
-            ran, current = self._ran, self._current
-            self._ran, self._current = [], None
-        return ran, [] if current is None else [current], never_begun
+        with self._lock:  # the thread begins nothing more; an abandoned one may still end one
+            ended, current = len(self._ran), self._current
+        last = self._ran[ended - 1][0] if ended else None
+        ran = self.take_ran(ended)
+        return ran, [] if current is None or current is last else [current], never_begun

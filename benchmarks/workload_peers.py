@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from typing import Any
 
 from workload_kit import KIND, Case, Tracker, produce_bursts
@@ -93,8 +93,9 @@ async def run_pgqueuer(case: Case, handler: str, dsn: str) -> dict[str, Any]:
         params["database"] = params.pop("dbname")
 
     async def enqueue(queries: Queries, numbers: list[int]) -> None:
-        await queries.enqueue([KIND] * len(numbers), [str(n).encode() for n in numbers],
-                              [0] * len(numbers))  # fmt: skip
+        await queries.enqueue(
+            [KIND] * len(numbers), [str(n).encode() for n in numbers], [0] * len(numbers)
+        )
 
     conn = await asyncpg.connect(**params)
     try:
@@ -183,10 +184,8 @@ async def run_procrastinate(case: Case, handler: str, dsn: str) -> dict[str, Any
         )
         await done.wait()
         running.cancel()  # procrastinate's documented way to stop: finishes running jobs
-        try:
+        with suppress(asyncio.CancelledError):
             await running
-        except asyncio.CancelledError:
-            pass
 
     async with app.open_async():
         await app.schema_manager.apply_schema_async()

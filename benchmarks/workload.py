@@ -104,6 +104,7 @@ class Contender:
     name: str
     handler: str  # "def" or "async"
     run: Callable[[Case], dict[str, Any]]
+    processes: int = 1  # the ideal of a CPU-bound case is per process
     runs: list[dict[str, Any]] = field(default_factory=list)
 
     @property
@@ -378,7 +379,9 @@ def contenders(
 ) -> list[Contender]:
     if case.name == "cpu":
         return [
-            Contender(f"pgqueue --processes {n}", "def", lambda c, n=n: run_cli(dsn, n, loops, c))
+            Contender(
+                f"pgqueue --processes {n}", "def", lambda c, n=n: run_cli(dsn, n, loops, c), n
+            )
             for n in args.processes
         ]
     found = [
@@ -406,11 +409,13 @@ def contenders(
 def summary(case: Case, contender: Contender) -> dict[str, Any]:
     runs = contender.runs
     seconds = statistics.median(r["seconds"] for r in runs)
+    ideal = case.ideal * contender.processes if case.ideal else None
     out: dict[str, Any] = {
         "contender": contender.name,
         "handler": contender.handler,
         "jobs_per_s": case.jobs / seconds,
-        "efficiency": case.jobs / seconds / case.ideal if case.ideal else None,
+        "ideal_jobs_per_s": ideal,
+        "efficiency": case.jobs / seconds / ideal if ideal else None,
         "peak": max(r["peak"] for r in runs),
         "runs": runs,
     }
@@ -422,7 +427,8 @@ def summary(case: Case, contender: Contender) -> dict[str, Any]:
 
 
 def case_table(case: Case, rows: list[dict[str, Any]], repeat: int) -> list[str]:
-    ideal = f"ideal {case.ideal:,.0f} jobs/s" if case.ideal else "no ideal rate"
+    per = " per process" if case.cpu_bound else ""
+    ideal = f"ideal {case.ideal:,.0f} jobs/s{per}" if case.ideal else "no ideal rate"
     lines = [f"{case.title}; {ideal}; median of {repeat}", ""]
     if case.burst_size:
         lines.append(

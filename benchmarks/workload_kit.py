@@ -32,7 +32,7 @@ class Case:
     limit: int | None = None  # set_limit(LIMIT_KEY, limit) and every job has the key
     burst_size: int = 0  # >0: jobs come in bursts of this many ...
     burst_every: float = 0.0  # ... every this many seconds, while the worker runs
-    cpu_loops: int = 0  # >0: the handler does this much pure-Python work instead of sleeping
+    cpu_bound: bool = False  # the handler computes: one process runs one at a time
 
     def duration(self, n: int) -> float:
         """Job ``n``'s handler time (the warm-up job's: none)."""
@@ -44,11 +44,12 @@ class Case:
 
     @property
     def ideal(self) -> float | None:
-        """Jobs/s if every runner (or limit slot) were busy all the time; None
-        where it has no meaning (bursts: the arrival rate; trivial jobs)."""
+        """Jobs/s if every runner (or limit slot; CPU-bound: each process)
+        were busy all the time; None where it has no meaning (bursts: the
+        arrival rate; trivial jobs)."""
         if self.burst_size or not any(self.durations):
             return None
-        slots = min(self.concurrency, self.limit or self.concurrency)
+        slots = 1 if self.cpu_bound else min(self.concurrency, self.limit or self.concurrency)
         return slots / statistics.fmean(self.durations)
 
 
@@ -101,18 +102,17 @@ def make_cases(*, smoke: bool = False) -> dict[str, Case]:
         ),
         Case(
             "limit-trivial",
-            f"limit, trivial jobs: {trivial:,} jobs, one key limited to {limit[1]}, "
-            "concurrency 16",
+            f"limit, trivial jobs: {trivial:,} jobs, one key limited to {limit[1]}, concurrency 16",
             16,
             (0.0,) * trivial,
             limit=limit[1],
         ),
         Case(
             "cpu",
-            f"CPU-bound: {cpu:,} jobs of 2 ms of pure-Python work, `pgqueue worker "
-            "--processes N`",
+            f"CPU-bound: {cpu:,} jobs of 2 ms of pure-Python work, `pgqueue worker --processes N`",
             4,
             (0.002,) * cpu,
+            cpu_bound=True,
         ),
     ]
     return {case.name: case for case in cases}

@@ -69,7 +69,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -247,21 +247,18 @@ def peers_python(venv: Path) -> Path:
     return python
 
 
-def run_peer(dsn: str, python: Path, peer: str, handler: str, case: Case) -> dict[str, Any]:
+def run_peer(
+    dsn: str, python: Path, peer: str, handler: str, smoke: bool, case: Case
+) -> dict[str, Any]:
     """One run in the peers' venv, on a database made for it and dropped after."""
     database = f"workload_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
     try:
-        raw_case = json.dumps(asdict(case))
-        command = [
-            str(python),
-            str(HERE / "workload_peers.py"),
-            peer,
-            handler,
-            raw_case,
-            make_conninfo(dsn, dbname=database),
-        ]
+        where = make_conninfo(dsn, dbname=database)
+        command = [str(python), str(HERE / "workload_peers.py"), peer, handler, case.name, where]
+        if smoke:
+            command.append("--smoke")
         done = subprocess.run(command, capture_output=True, text=True, timeout=overtime(case) + 60)
         if done.returncode:
             raise RuntimeError(f"{peer} failed:\n{done.stderr[-3000:]}")
@@ -400,7 +397,7 @@ def contenders(
                     Contender(
                         f"{peer} {version}",
                         handler,
-                        lambda c, p=peer, h=handler: run_peer(dsn, peers, p, h, c),
+                        lambda c, p=peer, h=handler: run_peer(dsn, peers, p, h, args.smoke, c),
                     )
                 )
     return found

@@ -1,6 +1,6 @@
 """One run of one case on a peer, in the peers' own venv: ``workload.py`` runs it.
 
-    python workload_peers.py {pgqueuer|procrastinate} {def|async} CASE_JSON DSN
+    python workload_peers.py {pgqueuer|procrastinate} {def|async} CASE DSN [--smoke]
 
 prints the run (`workload_kit.Tracker.result`) as JSON. The database at DSN
 is a fresh one that the caller drops afterwards: each peer installs its
@@ -30,12 +30,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from typing import Any
 
-from workload_kit import KIND, Case, Tracker, produce_bursts
-
-
-def make_case(raw: dict[str, Any]) -> Case:
-    return Case(**{**raw, "durations": tuple(raw["durations"])})
-
+from workload_kit import KIND, Case, Tracker, make_cases, produce_bursts
 
 Enqueue = Callable[[list[int]], Awaitable[object]]
 
@@ -199,8 +194,8 @@ PEERS = {"pgqueuer": run_pgqueuer, "procrastinate": run_procrastinate}
 
 
 def main(argv: list[str]) -> int:
-    peer, handler, raw_case, dsn = argv
-    case = make_case(json.loads(raw_case))
+    peer, handler, name, dsn, *smoke = argv
+    case = make_cases(smoke=smoke == ["--smoke"])[name]
     result = asyncio.run(PEERS[peer](case, handler, dsn))
     print(json.dumps(result))
     return 0

@@ -48,7 +48,7 @@ Every pgqueue run has a fresh table (``workload_…``), dropped afterwards.
 With no ``--dsn`` (or ``PGQUEUE_DSN``) an embedded PostgreSQL with default
 settings is started and removed afterwards.
 
-    python benchmarks/workload.py                          # everything, ~10 min
+    python benchmarks/workload.py                          # everything, ~10 min here
     python benchmarks/workload.py --cases uniform,burst --repeat 5
     python benchmarks/workload.py --smoke --no-peers --json
 """
@@ -56,7 +56,6 @@ settings is started and removed afterwards.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import signal
@@ -89,6 +88,7 @@ from workload_kit import (
 )
 
 import pgqueue
+from pgqueue.bench import missing_backends
 from pgqueue.embedded import dsn_or_embedded
 
 HERE = Path(__file__).resolve().parent
@@ -106,10 +106,6 @@ class Contender:
     run: Callable[[Case], dict[str, Any]]
     processes: int = 1  # the ideal of a CPU-bound case is per process
     runs: list[dict[str, Any]] = field(default_factory=list)
-
-    @property
-    def label(self) -> str:
-        return f"{self.name:<22}{HANDLER_LABELS[self.handler]:<10}"
 
 
 def overtime(case: Case) -> float:
@@ -499,9 +495,8 @@ def main(argv: list[str] | None = None) -> int:
             print(message, file=sys.stderr)
 
     skipped: dict[str, str] = {}
-    if "trio" in args.backends and importlib.util.find_spec("trio") is None:
-        skipped["trio"] = "the trio package is not installed (pip install trio)"
-        args.backends.remove("trio")
+    skipped.update(missing_backends(args.backends))  # trio, when it is not installed
+    args.backends = [b for b in args.backends if b not in skipped]
     if "cpu" in names and (why := processes_missing()):
         skipped["cpu"] = why
         names.remove("cpu")
@@ -548,15 +543,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     for case, _ in plan:
         print("\n".join(case_table(case, results[case.name], args.repeat)))
-        if case.name == "cpu" and len(results["cpu"]) > 1:
-            base = results["cpu"][0]["jobs_per_s"]
-            print(
-                "  "
-                + ", ".join(
-                    f"{r['contender']}: {r['jobs_per_s'] / base:.2f}x" for r in results["cpu"][1:]
-                )
-                + " of the first"
-            )
+        if case.cpu_bound:
+            first, *others = results[case.name]
+            for r in others:
+                ratio = r["jobs_per_s"] / first["jobs_per_s"]
+                print(f"{r['contender']}: {ratio:.2f}x the jobs/s of {first['contender']}")
         print()
     print(
         "peak: the most handlers running at once (every start and end counted); "

@@ -65,7 +65,7 @@ def make_cases(*, smoke: bool = False) -> dict[str, Case]:
     """Every case by name (``smoke``: tiny sizes, only to see the script work)."""
     uniform = (20, 0.005) if smoke else (1000, 0.02)
     bursts = (2, 2, 0.02, 0.05) if smoke else (30, 4, 0.1, 0.2)
-    mixed = 20 if smoke else 600
+    mixed, long = (20, 0.1) if smoke else (600, 1.0)
     limit = (20, 2) if smoke else (500, 10)
     trivial = 20 if smoke else 2000
     cpu = 20 if smoke else 1000
@@ -89,9 +89,10 @@ def make_cases(*, smoke: bool = False) -> dict[str, Case]:
         ),
         Case(
             "mixed",
-            f"mixed: {mixed:,} jobs, 95 % of 5 ms and 5 % of 1 s, concurrency {4 if smoke else 8}",
+            f"mixed: {mixed:,} jobs, 95 % of 5 ms and 5 % of {long:g} s, concurrency "
+            f"{4 if smoke else 8}",
             4 if smoke else 8,
-            mixed_durations(mixed, 0.005, 0.1 if smoke else 1.0, 0.05),
+            mixed_durations(mixed, 0.005, long, 0.05),
         ),
         Case(
             "limit",

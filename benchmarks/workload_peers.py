@@ -10,11 +10,11 @@ producer thread on a connection of its own while it runs. Each peer is
 used as its documentation shows, on asyncio:
 
 * pgqueuer: ``PgQueuer`` on an ``AsyncpgDriver`` (one asyncpg connection,
-  as its README starts; its psycopg driver holds the connection while it
-  waits up to 1 s for a NOTIFY, which made it about 30x slower here), its
-  queue manager run with ``max_concurrent_tasks`` = the case's concurrency (with
-  ``batch_size`` half of it, the most it allows); entrypoints are
-  ``async def`` only (plain functions are refused since 1.0);
+  as its README starts; its psycopg driver holds its one connection while
+  it waits up to 1 s for a NOTIFY, which held a try of the uniform case to
+  8 jobs/s here), its queue manager run with ``max_concurrent_tasks`` = the
+  case's concurrency and ``batch_size`` half of it (the most it allows);
+  entrypoints are ``async def`` only (plain functions are refused);
 * procrastinate: an `App` on a `PsycopgConnector`,
   ``run_worker_async(concurrency=...)``; plain tasks run in threads.
 """
@@ -178,7 +178,7 @@ async def run_procrastinate(case: Case, handler: str, dsn: str) -> dict[str, Any
             app.run_worker_async(concurrency=case.concurrency, install_signal_handlers=False)
         )
         await done.wait()
-        running.cancel()  # procrastinate's documented way to stop: finishes running jobs
+        running.cancel()  # the worker then stops gracefully: running jobs finish
         with suppress(asyncio.CancelledError):
             await running
 

@@ -69,6 +69,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -370,17 +371,13 @@ def intervals_result(lines: list[str], jobs: int) -> dict[str, Any]:
 def contenders(
     args: argparse.Namespace, dsn: str, case: Case, peers: Path | None, loops: int
 ) -> list[Contender]:
-    if case.name == "cpu":
+    if case.cpu_bound:
         return [
-            Contender(
-                f"pgqueue --processes {n}", "def", lambda c, n=n: run_cli(dsn, n, loops, c), n
-            )
+            Contender(f"pgqueue --processes {n}", "def", partial(run_cli, dsn, n, loops), n)
             for n in args.processes
         ]
     found = [
-        Contender(
-            f"pgqueue {backend}", handler, lambda c, b=backend, h=handler: run_pgqueue(dsn, b, h, c)
-        )
+        Contender(f"pgqueue {backend}", handler, partial(run_pgqueue, dsn, backend, handler))
         for backend in args.backends
         for handler in BACKEND_HANDLERS[backend]
     ]
@@ -393,7 +390,7 @@ def contenders(
                     Contender(
                         f"{peer} {version}",
                         handler,
-                        lambda c, p=peer, h=handler: run_peer(dsn, peers, p, h, args.smoke, c),
+                        partial(run_peer, dsn, peers, peer, handler, args.smoke),
                     )
                 )
     return found

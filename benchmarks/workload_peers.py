@@ -26,13 +26,13 @@ import json
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from typing import Any
 
 from workload_kit import KIND, Case, Tracker, make_cases, produce_bursts
 
-Enqueue = Callable[[list[int]], Awaitable[object]]
+Enqueue = Callable[[list[int]], Coroutine[Any, Any, object]]
 
 
 async def serve(

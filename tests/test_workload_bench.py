@@ -12,7 +12,7 @@ import psycopg
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "workload.py"
 
 
-def test_workload_smoke_reports_every_case_for_each_backend_and_handler_and_cleans_up(
+def test_workload_smoke_reports_its_cases_for_each_backend_and_handler_and_cleans_up(
     dsn: str,
 ) -> None:
     # sync (a Worker) and trio (an AsyncWorker, with both kinds of handler)

@@ -368,6 +368,27 @@ def intervals_result(lines: list[str], jobs: int) -> dict[str, Any]:
 # -- the run ---------------------------------------------------------------------------
 
 
+def leave_stuck_threads_behind(wait: float = 2.0) -> None:
+    """Exit now, with a note, if threads outlive the report: at `c84039d` a
+    worker's LISTEN thread that hears a notification as its event loop
+    closes waits for that loop forever (`Notifier._listen` in
+    pgqueue/aio/worker/notifier.py), which would keep this process alive
+    after its report (seen once in a full run)."""
+    end = time.monotonic() + wait
+    stuck = []
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join(max(0.0, end - time.monotonic()))
+            if thread.is_alive():
+                stuck.append(thread.name)
+    if stuck:
+        print(f"exiting without {len(stuck)} thread(s) still waiting: {', '.join(stuck)}",
+              file=sys.stderr)  # fmt: skip
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+
+
 def contenders(
     args: argparse.Namespace, dsn: str, case: Case, peers: Path | None, loops: int
 ) -> list[Contender]:
@@ -537,6 +558,7 @@ def main(argv: list[str] | None = None) -> int:
             },
         }
         print(json.dumps(report, indent=2))
+        leave_stuck_threads_behind()
         return 0
     for case, _ in plan:
         print("\n".join(case_table(case, results[case.name], args.repeat)))
@@ -550,6 +572,7 @@ def main(argv: list[str] | None = None) -> int:
         "peak: the most handlers running at once (every start and end counted); "
         "time: first handler start to last handler end"
     )
+    leave_stuck_threads_behind()
     return 0
 
 

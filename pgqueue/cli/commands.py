@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from ..core.jobs import DEFAULT_QUEUE, DuplicateJob, JobStatus, validate_spec
+from ..core.jsontext import load_json
 from ..sync.queue import Queue
 from .errors import OperationFailed, UsageError
 from .output import (
@@ -25,6 +26,10 @@ from .output import (
     stats_json,
     stats_text,
 )
+
+# A payload nested deeper than this is refused with a clear message (Python's
+# own reader would fail on a thousand levels with a RecursionError).
+MAX_DEPTH = 500
 
 
 def cmd_migrate(queue: Queue, args: argparse.Namespace) -> int:
@@ -61,9 +66,11 @@ def prepare_enqueue(args: argparse.Namespace) -> None:
     """Read and check the job before connecting: bad input writes nothing."""
     text = sys.stdin.read() if args.payload == "-" else args.payload
     try:
-        args.payload = None if text is None else json.loads(text)
+        args.payload = (
+            None if text is None else load_json(text, "PAYLOAD_JSON", max_depth=MAX_DEPTH)
+        )
     except ValueError as exc:
-        raise UsageError(f"PAYLOAD_JSON is not valid JSON: {exc}") from None
+        raise UsageError(str(exc)) from None
     if args.unique_key is None and (args.unique or args.on_duplicate):
         raise UsageError("--unique and --on-duplicate go with --unique-key")
     args.unique = args.unique or "queued"

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from importlib import resources
 from typing import Any, Final
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import psycopg
 import psycopg.errors
@@ -637,11 +637,6 @@ def _local(target: str, root: str) -> str | None:
     if parts.scheme or parts.netloc:
         return None
     return target
-
-
-def local_path(path: str) -> str:
-    """A request's own path as a redirect may name it: percent-encoded, one leading slash."""
-    return "/" + quote(path.lstrip("/"), safe="/")
 
 
 def _flat(query: dict[str, list[str]]) -> dict[str, str]:

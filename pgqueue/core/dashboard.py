@@ -4,9 +4,10 @@ Every statement here is short whatever the table's size: it reads an index
 in O(page) or O(cap), or the catalogs, never the whole job table (except
 for exact counts of a table found to hold fewer than `EXACT_ROWS` rows).
 Nor does what it reads grow with the data that anyone who may enqueue
-controls: a list reads the first `PREVIEW_CHARS` of each payload's JSON
-text and its size, a job's page the first `DETAIL_CHARS`, and every list of
-groups and queues stops at `MAX_SHOWN`.
+controls: a list reads each payload's stored size and, for a payload
+stored in at most `LISTED_BYTES`, the first `PREVIEW_CHARS` of its JSON
+text (writing a large value as text is what costs); a job's page reads the
+first `DETAIL_CHARS`; every list of groups and queues stops at `MAX_SHOWN`.
 Large counts are capped (`Count.capped`: shown as "10,000+") or estimated
 from the planner's statistics (`Count.estimated`: "≈ 1.2M"). Pages go by
 keyset (``id < before``), never by OFFSET. The dashboard runs them on
@@ -82,6 +83,8 @@ MAX_GROUPS: Final = 2000
 MAX_SHOWN: Final = 200
 # Characters of a payload's JSON text a list shows; of an error, of a job's page.
 PREVIEW_CHARS: Final = 200
+# A list shows the start of a payload stored in at most this many bytes.
+LISTED_BYTES: Final = 16_384
 ERROR_CHARS: Final = 2000
 DETAIL_CHARS: Final = 65_536
 # The largest id a bigint holds: ids are 1 to this.
@@ -242,24 +245,24 @@ class JobFilter:
 
 @dataclass(frozen=True, slots=True)
 class Preview:
-    """The start of a JSON value's text, as PostgreSQL writes ``jsonb``, and its whole size.
+    """The start of a JSON value's text, as PostgreSQL writes ``jsonb``, and its stored size.
 
-    >>> Preview('{"a": 1}', 8).whole, Preview('{"a": 1', 2_000_000).whole
-    (True, False)
+    >>> print(Preview('{"a": 1}', 9, True).pretty())
+    {
+      "a": 1
+    }
+    >>> Preview('{"a": "xxxx', 90_000, False).pretty()
+    '{"a": "xxxx'
     """
 
-    text: str
-    size: int  # bytes of the whole text
-
-    @property
-    def whole(self) -> bool:
-        """The text is the whole value."""
-        return len(self.text.encode()) >= self.size
+    text: str | None  # None: too large for a list to show
+    size: int  # bytes the value takes in the table (``pg_column_size``: compressed)
+    whole: bool  # the text is the whole value
 
     def pretty(self) -> str:
         """The value indented when the text is whole (and Python can read it), else the text."""
-        if not self.whole:
-            return self.text
+        if self.text is None or not self.whole:
+            return self.text or ""
         try:
             return json.dumps(json.loads(self.text), indent=2, ensure_ascii=False, sort_keys=True)
         except (ValueError, RecursionError):
@@ -390,6 +393,9 @@ class DashboardCore:
             "listed": _listed(ERROR_CHARS),
             "shown": _listed(DETAIL_CHARS),
             "preview": sql.Literal(PREVIEW_CHARS),
+            "listed_text": sql.SQL(
+                "CASE WHEN pg_column_size(payload) <= {} THEN payload::text END"
+            ).format(sql.Literal(LISTED_BYTES)),
             "detail": sql.Literal(DETAIL_CHARS),
             "queues": sql.Identifier(*parts[:-1], f"{name}_queues"),
             "history": sql.Identifier(*parts[:-1], f"{name}_history"),
@@ -498,12 +504,15 @@ SELECT count(*) FROM (
         # A job's page: the start of its payload, its result's value and its
         # error (each JSON text is made once, in the subquery).
         self.detail_job = render("""
-SELECT {shown}, left(s.payload_text, {detail}), octet_length(s.payload_text) FROM (
-    SELECT {cols}, payload::text AS payload_text FROM {table} WHERE id = %s LIMIT 1) AS s""")
+SELECT {shown}, left(s.payload_text, {detail}), s.payload_size,
+       length(s.payload_text) <= {detail}
+  FROM (SELECT {cols}, payload::text AS payload_text, pg_column_size(payload) AS payload_size
+          FROM {table} WHERE id = %s LIMIT 1) AS s""")
         self.detail_result = render("""
-SELECT outcome, left(v, {detail}), octet_length(v), left(error, {detail}), attempts,
-       finished_at, expires_at
-  FROM (SELECT outcome, value::text AS v, error, attempts, finished_at, expires_at
+SELECT outcome, left(v, {detail}), size, length(v) <= {detail}, left(error, {detail}),
+       attempts, finished_at, expires_at
+  FROM (SELECT outcome, value::text AS v, pg_column_size(value) AS size, error, attempts,
+               finished_at, expires_at
           FROM {results} WHERE job_id = %s LIMIT 1) AS s""")
         self.payload_text = render("SELECT payload::text FROM {table} WHERE id = %s")
         self.detail_history = render("""
@@ -511,7 +520,8 @@ SELECT outcome, attempts, left(last_error, {detail}), locked_by, finished_at FRO
  WHERE id = %s ORDER BY finished_at DESC LIMIT 20""")
         self.detail_slot = render("SELECT limit_key, slot FROM {slots} WHERE job_id = %s LIMIT 1")
         self.running_page = _listing(
-            sql.SQL("""SELECT {cols}, payload::text AS payload_text FROM {table}
+            sql.SQL("""SELECT {cols}, {listed_text} AS payload_text,
+       pg_column_size(payload) AS payload_size FROM {table}
  WHERE status = 'running' AND locked_at IS NOT NULL
    AND (%(after_at)s::timestamptz IS NULL OR (locked_at, id) > (%(after_at)s, %(after_id)s))
  ORDER BY locked_at, id LIMIT %(limit)s""").format(**names),
@@ -641,7 +651,8 @@ SELECT coalesce(array_agg(id ORDER BY id), '{{{{}}}}') FROM purged""")
         params["limit"] = limit + 1
         statement = _listing(
             sql.SQL(
-                "SELECT {cols}, payload::text AS payload_text FROM {table} WHERE {where}"
+                "SELECT {cols}, {listed_text} AS payload_text,"
+                " pg_column_size(payload) AS payload_size FROM {table} WHERE {where}"
                 " ORDER BY id DESC LIMIT %(limit)s"
             ).format(where=sql.SQL(" AND ").join(conditions), **self._names),
             sql.SQL("s.id DESC"),
@@ -697,8 +708,8 @@ SELECT coalesce(array_agg(id ORDER BY id), '{{{{}}}}') FROM purged""")
             if results_readable:
                 rows = yield Query(self.detail_result, (job_id,))
                 if rows:
-                    outcome, text, size, *rest = rows[0]
-                    value = None if text is None else Preview(text, size)
+                    outcome, text, size, whole, *rest = rows[0]
+                    value = None if text is None else Preview(text, size, whole)
                     result = ResultRow(outcome, value, *rest)
             history: list[HistoryRow] = []
             if history_readable and (self.queue.sql.history or job is None):
@@ -818,14 +829,16 @@ def _listed(error_chars: int) -> sql.Composable:
 
 
 def _listing(inner: sql.Composable, order: sql.Composable) -> bytes:
-    """A page of jobs from ``inner`` (which reads ``{cols}`` and ``payload_text``
-    up to its LIMIT): each job with the start of its payload and its size, and
-    ``now()``. The LIMIT keeps the subquery apart, so each payload's text is
-    made once, for the rows of the page only, and never leaves the server whole."""
+    """A page of jobs from ``inner`` (which reads ``{cols}``, ``payload_text``
+    and ``payload_size`` up to its LIMIT): each job with the start of its
+    payload and its size, and ``now()``. The LIMIT keeps the subquery apart,
+    so each payload's text is made once, for the rows of the page only, and
+    never leaves the server whole."""
     return (
         sql.SQL(
-            "SELECT {listed}, left(s.payload_text, {preview}), octet_length(s.payload_text),"
-            " now() FROM ({inner}) AS s ORDER BY {order}"
+            "SELECT {listed}, left(s.payload_text, {preview}), s.payload_size,"
+            " coalesce(length(s.payload_text) <= {preview}, false), now()"
+            " FROM ({inner}) AS s ORDER BY {order}"
         )
         .format(
             listed=_listed(ERROR_CHARS),
@@ -839,7 +852,7 @@ def _listing(inner: sql.Composable, order: sql.Composable) -> bytes:
 
 def _listed_row(row: tuple[Any, ...]) -> tuple[Job, Preview]:
     n = len(JOB_COLUMNS)
-    return Job.from_row(row[:n]), Preview(row[n], row[n + 1])
+    return Job.from_row(row[:n]), Preview(row[n], row[n + 1], row[n + 2])
 
 
 def _page(statement: bytes, params: dict[str, Any], limit: int) -> Plan[JobPage]:

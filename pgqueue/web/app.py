@@ -24,7 +24,6 @@ from .. import __version__
 from ..aio.queue import AsyncQueue
 from ..core.dashboard import (
     CAP,
-    MAX_SHOWN,
     READ_ONLY_SETTINGS,
     SESSION_SETTINGS,
     BadFilter,
@@ -344,7 +343,6 @@ class Dashboard:
             message=message,
             user=request.user,
             cap=CAP,
-            shown=MAX_SHOWN,
             **context,
         )
         return Response.html(html, status)

@@ -304,12 +304,10 @@ async def test_a_queue_or_schedule_name_with_a_control_character_is_refused(
     with pytest.raises(ValueError, match="schedule name must not contain control characters"):
         await queue.pause_schedule(name)
     assert table_state.jobs() == 0 and table_state.intact()
-    assert (
-        table_state.raw.one(
-            "SELECT count(*) FROM {table}_queues".replace("{table}", table_state.name)
-        )
-        == 0
+    pause_records = sql.SQL("SELECT count(*) FROM {}").format(
+        sql.Identifier(f"{table_state.name}_queues")
     )
+    assert table_state.raw.conn.execute(pause_records).fetchone() == (0,)
 
 
 @pytest.mark.parametrize(

@@ -88,7 +88,7 @@ def add_dashboard_command(commands: Any) -> None:
     parser.set_defaults(run=run_dashboard, subparser=parser)
 
 
-def _secret(given: str | None, path: str | None, variable: str, flag: str) -> str | None:
+def read_secret(given: str | None, path: str | None, variable: str, flag: str) -> str | None:
     """A secret from the command line (warned against), a file, or the environment."""
     if given:
         log.warning(
@@ -126,8 +126,8 @@ def run_dashboard(args: argparse.Namespace) -> int:
                 "use $PGQUEUE_DSN, ~/.pgpass or $PGPASSWORD"
             )
     dsn_given = args.dsn or os.environ.get("PGQUEUE_DSN") or None
-    token = _secret(args.token, args.token_file, "PGQUEUE_DASHBOARD_TOKEN", "--token")
-    basic_text = _secret(
+    token = read_secret(args.token, args.token_file, "PGQUEUE_DASHBOARD_TOKEN", "--token")
+    basic_text = read_secret(
         args.basic_auth, args.basic_auth_file, "PGQUEUE_DASHBOARD_BASIC_AUTH", "--basic-auth"
     )
     basic = None

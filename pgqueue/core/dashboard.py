@@ -75,17 +75,17 @@ EXACT_ROWS: Final = 50_000
 PAGE_SIZE: Final = 50
 # Jobs an action on "every dead job matching the filter" handles per statement.
 BATCH: Final = 500
-# Queues the overview lists at most (read from the claim index, one by one).
-MAX_QUEUES: Final = 200
 # (queue, priority) pairs the oldest ready job is looked for in, at most.
 MAX_GROUPS: Final = 2000
-# Rows of a group or queue list on a page, at most ("and more").
+# Rows of a group or queue list on a page, at most ("and more"); the queues
+# with pending jobs are found by a walk of the claim index, one probe each.
 MAX_SHOWN: Final = 200
-# Characters of a payload's JSON text a list shows; of an error, of a job's page.
-PREVIEW_CHARS: Final = 200
-# A list shows the start of a payload stored in at most this many bytes.
+# A list shows the start of a payload stored in at most this many bytes ...
 LISTED_BYTES: Final = 16_384
+# ... this many characters of its JSON text, and of an error this many.
+PREVIEW_CHARS: Final = 200
 ERROR_CHARS: Final = 2000
+# A job's page shows this many characters of its payload, result and error.
 DETAIL_CHARS: Final = 65_536
 # The largest id a bigint holds: ids are 1 to this.
 MAX_JOB_ID: Final = 2**63 - 1
@@ -390,9 +390,7 @@ class DashboardCore:
         names: dict[str, sql.Composable] = {
             "table": t,
             "cols": _read(),
-            "listed": _listed(ERROR_CHARS),
             "shown": _listed(DETAIL_CHARS),
-            "preview": sql.Literal(PREVIEW_CHARS),
             "listed_text": sql.SQL(
                 "CASE WHEN pg_column_size(payload) <= {} THEN payload::text END"
             ).format(sql.Literal(LISTED_BYTES)),
@@ -587,9 +585,7 @@ SELECT coalesce(array_agg(id ORDER BY id), '{{{{}}}}') FROM purged""")
                     for queue, kind, n, _ in rows:
                         add(queue, kind, status, Count(n, capped=total > CAP))
                     totals[status] = capped(total)
-                rows = yield Query(
-                    self.pending_queues, {"queues": min(MAX_QUEUES, MAX_SHOWN + 1), "cap": CAP + 1}
-                )
+                rows = yield Query(self.pending_queues, {"queues": MAX_SHOWN + 1, "cap": CAP + 1})
                 pending_total = 0
                 limited_total = next((int(t) for _, limited, _, t in rows if limited), 0)
                 for queue, limited, n, _ in rows:

@@ -25,7 +25,6 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
 from html import escape
 from typing import Final
 
@@ -58,12 +57,6 @@ def check_secret(value: str, what: str) -> str:
 def _same(offered: str, secret: str) -> bool:
     # Bytes: compare_digest refuses str with non-ASCII characters.
     return hmac.compare_digest(offered.encode("utf-8", "replace"), secret.encode())
-
-
-@dataclass(frozen=True, slots=True)
-class _Session:
-    user: str | None
-    expires: float  # time.monotonic()
 
 
 class FailedLogins:
@@ -188,48 +181,49 @@ class Login:
         self.failed = failed or FailedLogins()
         self._headers = token_authorize(token=token, basic=basic, failed=self.failed)
         self.token = token
-        self.basic = basic
         self.ttl = ttl
         self.cookie = f"pgqueue_session_{port}"
         self.prefix = "/s/" + secrets.token_urlsafe(16)
         # Written and read under `_lock` (requests run in several threads).
         self._lock = threading.Lock()
-        self._sessions: OrderedDict[str, _Session] = OrderedDict()
+        # Session id -> when it expires (time.monotonic()), oldest first.
+        self._sessions: OrderedDict[str, float] = OrderedDict()
         self._code: str | None = secrets.token_urlsafe(24) if token is not None else None
+        self._base = ""  # where `url` last said the dashboard is
 
     def url(self, base: str) -> str:
         """The URL that logs one browser in (its code works once; each use
         logs the next), or the dashboard's URL when browsers log in with basic auth."""
+        self._base = base.rstrip("/")
         if self._code is None:
-            return base.rstrip("/") + "/"
-        return f"{base.rstrip('/')}/login?code={self._code}"
+            return self._base + "/"
+        return f"{self._base}/login?code={self._code}"
 
     # -- who is asking ---------------------------------------------------------
 
     def authorize(self, request: Request) -> str | None:
         """The dashboard's hook: a session (under `prefix`), a bearer token or basic auth."""
-        if request.root.endswith(self.prefix):
-            session = self._session(request.cookies.get(self.cookie, ""))
-            if session is not None:
-                request.user = session.user
-                return ADMIN
+        if request.root.endswith(self.prefix) and self._session(request):
+            return ADMIN
         return self._headers(request)
 
-    def _session(self, sid: str) -> _Session | None:
+    def _session(self, request: Request) -> bool:
+        """The request carries a session cookie that is still valid."""
+        sid = request.cookies.get(self.cookie, "")
         if not sid:
-            return None
+            return False
         now = time.monotonic()
         with self._lock:
-            session = self._sessions.get(sid)
-            if session is not None and session.expires <= now:
+            expires = self._sessions.get(sid)
+            if expires is not None and expires <= now:
                 del self._sessions[sid]
-                return None
-            return session
+                return False
+            return expires is not None
 
-    def _new_session(self, request: Request, user: str | None) -> Response:
+    def _new_session(self, request: Request) -> Response:
         sid = secrets.token_urlsafe(32)
         with self._lock:
-            self._sessions[sid] = _Session(user, time.monotonic() + self.ttl)
+            self._sessions[sid] = time.monotonic() + self.ttl
             while len(self._sessions) > MAX_SESSIONS:
                 self._sessions.popitem(last=False)
         secure = "; Secure" if request.scheme == "https" else ""
@@ -258,7 +252,7 @@ class Login:
                 response = dashboard.handle(request)
                 if (
                     response.status in (401, 403)
-                    and self._session(request.cookies.get(self.cookie, "")) is None
+                    and not self._session(request)
                     and _bearer(request) is None
                 ):
                     return Response.redirect(request.root[: -len(self.prefix)] + "/login")
@@ -284,9 +278,9 @@ class Login:
             if right:
                 log.info(
                     "dashboard: a browser logged in with the login link; the next one: %s",
-                    self.url(f"{request.scheme}://{request.host}{request.root}"),
+                    self.url(self._base),
                 )
-                return self._new_session(request, None)
+                return self._new_session(request)
             self.failed.record(request, "a wrong or used login code")
             return _login_form(request, "That login link was used already or is wrong.", 403)
         if request.method == "POST":
@@ -294,7 +288,7 @@ class Login:
             if origin is not None and origin != request.origin:
                 return Response.text("refused: a login from another site", 403)
             if self.token is not None and _same(request.field("token"), self.token):
-                return self._new_session(request, None)
+                return self._new_session(request)
             self.failed.record(request, "a wrong token in the login form")
             return _login_form(request, "Wrong token.", 403)
         return Response.text("method not allowed", 405)

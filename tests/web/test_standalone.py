@@ -13,11 +13,14 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import httpx
 import pytest
 
 import pgqueue
+from pgqueue.cli.dashboard import read_secret
+from pgqueue.cli.errors import UsageError
 from pgqueue.web import Dashboard
 from pgqueue.web.http import Request, Response
 from pgqueue.web.standalone import FailedLogins, Login, token_authorize
@@ -243,3 +246,20 @@ def test_sigterm_stops_the_embedded_server_it_started() -> None:
         for pid in processes_naming(top):
             os.kill(pid, signal.SIGKILL)
         shutil.rmtree(top, ignore_errors=True)
+
+
+def test_secrets_come_from_a_file_or_the_environment_and_the_command_line_is_warned_against(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    kept = tmp_path / "token"
+    kept.write_text(TOKEN + "\n")
+    variable = "PGQUEUE_DASHBOARD_TOKEN"
+    monkeypatch.setenv(variable, "from-the-environment-0123")
+    caplog.set_level(logging.WARNING, logger="pgqueue.web")
+    assert read_secret(None, str(kept), variable, "--token") == TOKEN
+    assert read_secret(None, None, variable, "--token") == "from-the-environment-0123"
+    assert caplog.records == []
+    assert read_secret(TOKEN, None, variable, "--token") == TOKEN
+    assert "visible to every local user" in caplog.text
+    with pytest.raises(UsageError, match="cannot read"):
+        read_secret(None, str(tmp_path / "missing"), variable, "--token")

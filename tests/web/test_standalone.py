@@ -263,3 +263,17 @@ def test_secrets_come_from_a_file_or_the_environment_and_the_command_line_is_war
     assert "visible to every local user" in caplog.text
     with pytest.raises(UsageError, match="cannot read"):
         read_secret(None, str(tmp_path / "missing"), variable, "--token")
+
+
+@pytest.mark.parametrize(
+    ("path", "query"),
+    [("//evil.example/", f"token={TOKEN}"), ("//evil.example/", "code=x"), ("/\u00e9\u4e2d", "")],
+)
+def test_a_browser_without_a_session_is_sent_to_the_login_form_on_this_site(
+    queue: pgqueue.Queue, dsn: str, table: str, failed: FailedLogins, path: str, query: str
+) -> None:
+    login = Login(token=TOKEN, basic=None, port=8787, failed=failed)
+    with Dashboard(dsn, table=table, authorize=login.authorize) as dashboard:
+        response = login.wrap(dashboard)(request(query=query, path=path))
+        assert response.status == 303 and dict(response.headers)["location"] == "/login"
+        assert not any(k == "set-cookie" for k, _ in response.headers)

@@ -56,6 +56,8 @@ Authorize = Callable[[Request], str | None]
 """The hook every request goes through: `ADMIN`, `READ`, or None (refused)."""
 
 CSRF_COOKIE: Final = "pgqueue_csrf"
+# Seconds a request for a whole payload waits for the one being sent.
+RAW_WAIT: Final = 10.0
 STATIC: Final = {
     "htmx.min.js": "text/javascript; charset=utf-8",
     "pgqueue.js": "text/javascript; charset=utf-8",
@@ -178,6 +180,10 @@ class Dashboard:
         # Written and read under `_lock` (requests run in several threads).
         self._throughput = Throughput()
         self._lock = threading.Lock()
+        # A whole payload is the one answer whose size its data sets: one at
+        # a time, so that its memory is paid once however many are asked for.
+        self._raw = threading.Semaphore(1)
+        self.raw_wait = RAW_WAIT
         self._env = Environment(
             loader=PackageLoader("pgqueue.web", "templates"),
             autoescape=select_autoescape(default=True, default_for_string=True),
@@ -421,11 +427,16 @@ class Dashboard:
         )
 
     def _payload_json(self, job_id: int) -> Response:
-        """A job's whole payload, as the raw JSON its page links to."""
-        text = self._run(self.core.payload_json(job_id))
-        if text is None:
-            return Response.text("not found: the job is not in the table", 404)
-        return Response(200, text.encode(), [("content-type", "application/json")])
+        """A job's whole payload, as the raw JSON its page links to (one at a time)."""
+        if not self._raw.acquire(timeout=self.raw_wait):
+            return Response.text("busy: whole payloads are sent one at a time; try again", 503)
+        try:
+            text = self._run(self.core.payload_json(job_id))
+            if text is None:
+                return Response.text("not found: the job is not in the table", 404)
+            return Response(200, text.encode(), [("content-type", "application/json")])
+        finally:
+            self._raw.release()
 
     def _detail(self, request: Request, role: str, cookie: str, job_id: int) -> Response:
         detail = self._run(self.core.detail(job_id))

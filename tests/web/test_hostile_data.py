@@ -25,6 +25,7 @@ from psycopg import sql
 
 import pgqueue
 from pgqueue.core.dashboard import MAX_SHOWN
+from pgqueue.web import Dashboard
 
 from ..conftest import Raw
 from .conftest import Operator, dead_job
@@ -235,3 +236,15 @@ def test_the_bulk_confirm_page_s_cancel_link_stays_on_the_dashboard(
     assert response.status_code == 200
     [cancel] = re.findall(r'<a href="([^"]*)">Cancel</a>', response.get_data(as_text=True))
     assert cancel == "/dead"
+
+
+def test_whole_payloads_are_sent_one_at_a_time(
+    queue: pgqueue.Queue, dashboard: Dashboard, operator: Operator
+) -> None:
+    job_id = queue.enqueue("k", {"a": 1})
+    dashboard.raw_wait = 0.01
+    with dashboard._raw:  # another whole payload on its way
+        busy = operator.get(f"/jobs/{job_id}/payload.json")
+    assert busy.status_code == 503 and b"one at a time" in busy.data
+    sent = operator.get(f"/jobs/{job_id}/payload.json")
+    assert sent.status_code == 200 and sent.json == {"a": 1}

@@ -139,14 +139,15 @@ def test_a_large_table_s_groups_are_capped_too(
     assert ">p_04<" in text and ">p_05<" not in text and "dead_11" not in text
 
 
-def enqueue_deep(depth: int) -> str:
+def nested(depth: int) -> str:
+    """JSON text: arrays ``depth`` deep."""
     return "[" * depth + "]" * depth
 
 
 # Each (method, path, form): a 4xx, never a 500 or a 503.
 ODD: list[tuple[str, str, dict[str, Any] | None]] = [
-    ("GET", "/jobs?payload=" + quote(enqueue_deep(1500)), None),
-    ("GET", "/jobs?payload=" + quote('{"a": ' + enqueue_deep(40) + "}"), None),
+    ("GET", "/jobs?payload=" + quote(nested(1500)), None),
+    ("GET", "/jobs?payload=" + quote('{"a": ' + nested(40) + "}"), None),
     ("GET", "/jobs?payload=NaN", None),
     ("GET", "/jobs?payload=" + quote('{"n": 1e999}'), None),
     ("GET", "/jobs?payload=" + quote('{"n": -Infinity}'), None),
@@ -179,7 +180,7 @@ ODD: list[tuple[str, str, dict[str, Any] | None]] = [
     ("POST", "/actions/set-limit", {"key": "k", "max_running": "NaN"}),
     ("POST", "/actions/set-limit", {"key": "k", "max_running": "1e999"}),
     ("POST", "/actions/every-dead", {"action": "explode"}),
-    ("POST", "/actions/every-dead", {"action": "purge", "payload": enqueue_deep(2000)}),
+    ("POST", "/actions/every-dead", {"action": "purge", "payload": nested(2000)}),
 ]
 
 

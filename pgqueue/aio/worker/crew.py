@@ -9,7 +9,7 @@ the next. Who owns what:
 | `Fetcher` | claims in flight, orphan looks | always |
 | `Runners` | runner tasks, thread chunks, job contexts and cancels, the grace period | always |
 | `Completer` | every write of an outcome | always |
-| `LeaseKeeper` | the heartbeat (cancels it reports go to the runners); lost leases | always |
+| `LeaseKeeper` | the heartbeat, looks for cancels (the runners' only source); leases | always |
 | `Reaper` | returning other workers' expired jobs | not ``until_empty`` |
 | `Notifier` | the LISTEN connection and its thread; `listening` | not ``until_empty``; (*) |
 | `Calls` | the deadline and stall log of every database call | always |
@@ -76,11 +76,12 @@ class Crew:
         self.fetcher = Fetcher(settings, queue, self.calls, self.ledger, self.completer,
                                self.runners, self.reporter, demand, progress)  # fmt: skip
         self.reaper = Reaper(settings, queue, self.calls, self.reporter, self.fetcher)
-        # Cancel requests reach the runners both ways: by notification, and
-        # from the heartbeat (every second while nobody listens).
+        # Cancel requests reach the runners from the table only: a control
+        # notification makes the lease keeper look (every second while
+        # nobody listens), and the keeper hands on what the table says.
         self.notifier = Notifier(name, queue, self.fetcher.wakeup, self.fetcher.reached,
                                  conninfo=settings.listen_conninfo,
-                                 cancel=self.runners.cancel)  # fmt: skip
+                                 holds=self.ledger.holds)  # fmt: skip
         # Not through a transaction pooler: the worker then polls, and the
         # lease keeper looks for cancels every second (nobody listens).
         self._listens = worker_listens(

@@ -32,6 +32,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from pgqueue.core.worker import ABORT_FLUSH, CLAIM_CUT, FLUSH_DEADLINE
+from pgqueue.sync.driver import RECONNECT_TIMEOUT
 
 from ..conftest import SELECTED
 from .conftest import Fleet, Report, Worker
@@ -214,10 +215,10 @@ BACKENDS = ("sync", "asyncio", "trio")
 # Longer than psycopg_pool's 30 s wait for a connection, which once ended a start.
 REFUSED_FOR = 35.0
 # From the first connection the proxy accepts to a worker's first job: the
-# pool reconnects on psycopg_pool's own backoff (1 s doubling, whatever the
-# worker's), so the next attempt may come about as long after the outage
-# as the outage lasted; then a claim, and the worker's retry backoff.
-FIRST_JOB_BOUND = REFUSED_FOR + 30.0
+# pool tries to connect every one or two seconds however long the outage
+# (RECONNECT_TIMEOUT), the claim waiting for a connection takes the first;
+# 10 s of slack for a busy machine.
+FIRST_JOB_BOUND = 2 * RECONNECT_TIMEOUT + 10.0
 GRACE = 5.0
 # A stop while every connection is refused, with no job running: the claim
 # waiting for a connection is given up after CLAIM_CUT, whatever the grace

@@ -145,6 +145,23 @@ def test_migrate_refuses_a_schema_newer_than_the_library(
     assert ran.out == ""
 
 
+# -- grant ---------------------------------------------------------------------
+
+
+def test_grant_prints_what_it_granted_and_refuses_bad_input(run: Cli, raw: Raw, table: str) -> None:
+    assert_usage_error(run("grant", ""), "invalid role name")
+    assert_one_line_failure(run("grant", "postgres"), "not installed")
+    assert run("migrate").code == 0
+    ran = run("grant", "postgres", "--read-only", "--json")
+    assert ran.code == 0, ran
+    document = ran.json()
+    assert (document["role"], document["read_only"]) == ("postgres", True)
+    assert document["statements"][0] == 'GRANT USAGE ON SCHEMA "public" TO "postgres"'
+    assert all("INSERT" not in s for s in document["statements"])
+    missing = run("grant", "no_such_role_here")
+    assert_one_line_failure(missing, "no_such_role_here")
+
+
 # -- enqueue -------------------------------------------------------------------
 
 

@@ -1,6 +1,7 @@
 """The ``pgqueue`` command: run workers, and operate a queue from a shell.
 
     pgqueue migrate                                     # create or upgrade the schema
+    pgqueue grant app_role                              # the runtime's grants (--read-only)
     pgqueue enqueue send_receipt '{"order_id": 42}' --delay 15m
     pgqueue stats                                       # counts, oldest wait, expired leases
     pgqueue jobs list --status running --kind send_receipt

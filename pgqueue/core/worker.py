@@ -183,8 +183,8 @@ class WorkerSettings:
         grace = _seconds(grace_period, "grace_period")
         assert poll is not None and grace is not None
         return cls(
-            concurrency=validate_limit(concurrency),
-            batch_size=validate_limit(batch_size),
+            concurrency=validate_limit(concurrency, "concurrency"),
+            batch_size=validate_limit(batch_size, "batch_size"),
             kinds=validate_kinds(kinds),
             queues=validate_queues(queues),
             poll_interval=poll,

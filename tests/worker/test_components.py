@@ -340,3 +340,20 @@ async def test_a_job_claimed_again_while_still_running_here_is_given_back_not_a_
     # the job's second attempt (the first, whose lease expired, counts).
     assert runs == [1, 2]
     assert fake.succeeded == [job_id]
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "error", "message"),
+    [
+        ("concurrency", 0, ValueError, "concurrency must be at least 1, got 0"),
+        ("concurrency", "4", TypeError, "concurrency must be an int, not str"),
+        ("batch_size", -1, ValueError, "batch_size must be at least 1, got -1"),
+        ("poll_interval", 0, ValueError, "poll_interval must be positive"),
+        ("grace_period", "30", TypeError, "grace_period must be seconds or a timedelta"),
+    ],
+)
+def test_bad_worker_settings_are_named_in_the_error(
+    option: str, value: Any, error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=re.escape(message)):
+        worker(FakeQueue(), {"k": lambda job: None}, **{option: value})

@@ -45,6 +45,19 @@ def cmd_migrate(queue: Queue, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_grant(queue: Queue, args: argparse.Namespace) -> int:
+    """``pgqueue grant ROLE``: the runtime's grants (or a reader's) on the queue."""
+    try:
+        statements = queue.grant(args.role, read_only=args.read_only)
+    except ValueError as exc:  # the table is not installed
+        raise OperationFailed(str(exc)) from None
+    what = "read-only" if args.read_only else "runtime"
+    text = "\n".join([f"{queue.table}: {what} grants to {args.role}:", *statements])
+    emit(args, {"table": queue.table, "role": args.role, "read_only": args.read_only,
+                "statements": statements}, text)  # fmt: skip
+    return 0
+
+
 def _job_options(args: argparse.Namespace) -> dict[str, Any]:
     """The job's options as ``enqueue`` and `validate_spec` take them."""
     return {

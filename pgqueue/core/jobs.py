@@ -574,11 +574,12 @@ def validate_table_name(table: object) -> tuple[str, ...]:
     return parts
 
 
-def validate_limit(limit: object) -> int:
+def validate_limit(limit: object, name: str = "limit") -> int:
+    """A count of at least 1 (a claim's limit, a concurrency), named as the caller names it."""
     if isinstance(limit, bool) or not isinstance(limit, int):
-        raise TypeError(f"limit must be an int, not {type(limit).__name__}")
+        raise TypeError(f"{name} must be an int, not {type(limit).__name__}")
     if limit < 1:
-        raise ValueError(f"limit must be at least 1, got {limit}")
+        raise ValueError(f"{name} must be at least 1, got {limit}")
     return limit
 
 

@@ -17,7 +17,7 @@ from pgqueue import JobStatus
 from pgqueue.aio.worker import crew as crew_module
 from pgqueue.aio.worker.calls import Calls
 from pgqueue.aio.worker.completer import Completer
-from pgqueue.aio.worker.flags import Broadcast
+from pgqueue.aio.worker.flags import Broadcast, call_soon
 from pgqueue.aio.worker.lease import LeaseKeeper
 from pgqueue.aio.worker.reporter import Reporter
 from pgqueue.core.ledger import Ledger, Phase
@@ -357,3 +357,23 @@ def test_bad_worker_settings_are_named_in_the_error(
 ) -> None:
     with pytest.raises(error, match=re.escape(message)):
         worker(FakeQueue(), {"k": lambda job: None}, **{option: value})
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "trio"])
+def test_a_thread_hands_over_to_an_event_loop_without_waiting_even_once_it_ended(
+    loop: str,
+) -> None:
+    # The notifier's thread hands notifications over with call_soon: one
+    # that arrives as the worker's event loop ends must not wait forever.
+    ran: list[str] = []
+
+    async def hand_over_from_a_thread() -> anyio.lowlevel.EventLoopToken:
+        token = anyio.lowlevel.current_token()
+        done = anyio.Event()
+        await anyio.to_thread.run_sync(call_soon, token, lambda: (ran.append("run"), done.set()))
+        await done.wait()
+        return token
+
+    token = anyio.run(hand_over_from_a_thread, backend=loop)
+    call_soon(token, lambda: ran.append("after the end"))  # returns; never runs
+    assert ran == ["run"]

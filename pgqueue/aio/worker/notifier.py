@@ -26,6 +26,7 @@ that has not answered for `SILENT_AFTER` counts as not listening.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Callable
@@ -33,7 +34,6 @@ from time import monotonic
 from typing import Any
 
 import anyio
-import anyio.from_thread
 import anyio.lowlevel
 import anyio.to_thread
 import psycopg
@@ -42,7 +42,7 @@ from ...core.events import one_line
 from ...core.worker import RETRY_BACKOFF
 from ...sync.driver import connection_kwargs
 from .calls import WorkerQueue
-from .flags import Wakeup
+from .flags import Wakeup, call_soon
 
 __all__ = ["Notifier", "cancelled_ids"]
 
@@ -193,7 +193,7 @@ class Notifier:
             conn.execute(self.queue.core.sql.listen_control)
             conn.execute(self.queue.core.sql.listen)
             self._answered = monotonic()
-            anyio.from_thread.run_sync(started.set, token=token)
+            call_soon(token, started.set)
             while not self._stop.is_set():
                 if monotonic() - self._answered >= PING_INTERVAL:
                     # The round trip: LISTEN again (a no-op, and what
@@ -204,7 +204,7 @@ class Notifier:
                     self._answered = monotonic()
                 for note in conn.notifies(timeout=0.5, stop_after=1):
                     if note.channel != control:
-                        anyio.from_thread.run_sync(self.wakeup.set, token=token)
+                        call_soon(token, self.wakeup.set)
                         continue
                     try:
                         ids = cancelled_ids(note.payload)
@@ -216,4 +216,4 @@ class Notifier:
                         log.log(level, "worker %s: a control notification that names no jobs "
                                 "ignored: %.80r", self.worker, note.payload)  # fmt: skip
                         continue
-                    anyio.from_thread.run_sync(self._hint, ids, token=token)
+                    call_soon(token, functools.partial(self._hint, ids))

@@ -15,14 +15,14 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-from contextlib import AsyncExitStack
+from contextlib import AsyncExitStack, suppress
 from typing import Any, Protocol, TypeVar
 
 import anyio
 import anyio.to_thread
 import psycopg
 from psycopg.pq import TransactionStatus
-from psycopg_pool import AsyncConnectionPool, ConnectionPool
+from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolClosed
 
 from ..core.ops import Copy, Operation, Rows, Step, needs_transaction
 from ..core.pooling import check_pool_kwargs, pool_kwargs
@@ -206,6 +206,8 @@ class Driver:
                 kwargs=kwargs,
                 open=False,
                 name="pgqueue",
+                reconnect_timeout=sync_driver.RECONNECT_TIMEOUT,
+                reconnect_failed=reconnect_now,
             )
             return NativeDriver(pool, owned=True)
         sync = sync_driver.make_driver(
@@ -233,6 +235,13 @@ class Driver:
             if self._impl is not None:
                 await self._impl.close()
                 self._impl = None
+
+
+async def reconnect_now(pool: AsyncConnectionPool) -> None:
+    """`pgqueue.sync.driver.reconnect_now`, for psycopg's async pool."""
+    if not pool.closed:
+        with suppress(PoolClosed):
+            await pool.check()
 
 
 def make_driver(target: PoolTarget, *, max_size: int, transaction_pooling: bool = False) -> Driver:

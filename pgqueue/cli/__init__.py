@@ -1,6 +1,7 @@
 """The ``pgqueue`` command: run workers, and operate a queue from a shell.
 
     pgqueue migrate                                     # create or upgrade the schema
+    pgqueue grant app_role                              # the runtime's grants (--read-only)
     pgqueue enqueue send_receipt '{"order_id": 42}' --delay 15m
     pgqueue stats                                       # counts, oldest wait, expired leases
     pgqueue jobs list --status running --kind send_receipt
@@ -38,7 +39,8 @@ same table.
 
 Exit status:
 
-* 0: done (also when there was nothing to do: no job to reap, retry or purge);
+* 0: done (also when there was nothing to do: no job to reap, retry or purge,
+  and when the reader of the output stopped reading, as ``| head`` does);
   for ``worker``, the worker stopped (a first SIGINT or SIGTERM stops it
   gracefully; see `pgqueue.AsyncWorker`).
 * 1: an operational failure, reported in one line on stderr: the database
@@ -106,7 +108,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     command: Callable[[argparse.Namespace], int] = args.run
     try:
-        return command(args)
+        status = command(args)
+        sys.stdout.flush()  # here, so that a reader gone away is caught below
+        return status
+    except BrokenPipeError:
+        # The reader of stdout stopped reading (`pgqueue jobs list | head -1`):
+        # what the command did is done; say nothing more, and let no flush
+        # at exit raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except UsageError as exc:
         args.subparser.error(str(exc))  # prints the usage and exits with 2
         raise AssertionError("unreachable") from exc  # pragma: no cover

@@ -68,7 +68,7 @@ def run_worker(args: argparse.Namespace) -> int:
     return 0
 
 
-def leave_stuck_calls_behind(wait: float = 2.0) -> None:
+def leave_stuck_calls_behind(wait: float = 1.0) -> None:
     """Exit now if database calls the worker gave up on (past ``call_timeout``)
     still hold their threads: a connection gone silent would keep the process
     alive at exit, waiting for a socket that may never answer (those jobs

@@ -27,7 +27,9 @@ from .ops import Failure
 from .states import Event
 
 __all__ = [
+    "ABORT_FLUSH",
     "CANCELLED",
+    "CLAIM_CUT",
     "CANCELLED_UNSTARTED",
     "INTERRUPTED",
     "RETRY_BACKOFF",
@@ -68,9 +70,17 @@ OUTCOME_LINGER = 0.02
 # server), and again when it returns.
 STALL_WARNING = 5.0
 
+# The longest a stopping worker waits for a claim in flight (a healthy one
+# takes milliseconds): one still waiting, on a server that refuses
+# connections or does not answer, is given up, and what it may have
+# claimed comes back through the lease. The grace period is the handlers'.
+CLAIM_CUT = 1.0
+
 # The longest a stopping worker tries to write its last outcomes (after the
-# grace period); those it could not write come back through their lease.
-FLUSH_DEADLINE = 10.0
+# grace period; a healthy write takes milliseconds), and after a second
+# signal; those it could not write come back through their lease.
+FLUSH_DEADLINE = 2.0
+ABORT_FLUSH = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,8 +183,8 @@ class WorkerSettings:
         grace = _seconds(grace_period, "grace_period")
         assert poll is not None and grace is not None
         return cls(
-            concurrency=validate_limit(concurrency),
-            batch_size=validate_limit(batch_size),
+            concurrency=validate_limit(concurrency, "concurrency"),
+            batch_size=validate_limit(batch_size, "batch_size"),
             kinds=validate_kinds(kinds),
             queues=validate_queues(queues),
             poll_interval=poll,

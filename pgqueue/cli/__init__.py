@@ -20,6 +20,7 @@
     pgqueue reap --visibility-timeout 10m
     pgqueue worker myapp.jobs:worker                    # until SIGINT or SIGTERM
     pgqueue worker myapp.jobs:async_worker --trio       # an AsyncWorker on trio
+    pgqueue worker myapp.jobs:worker --processes 4      # four processes, one supervisor
     pgqueue bench                                       # throughput, beside the seed design
     pgqueue dashboard                                   # the web dashboard, on 127.0.0.1:8787
 
@@ -204,6 +205,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     worker.add_argument(
         "--trio", action="store_true", help="run an AsyncWorker on trio instead of asyncio"
+    )
+    worker.add_argument(
+        "--processes",
+        type=positive_int,
+        metavar="N",
+        help="run N worker processes under one supervisor (for CPU-bound handlers): "
+        "a process that dies is restarted, SIGINT and SIGTERM stop them all",
+    )
+    worker.add_argument(
+        "--max-jobs-per-child",
+        type=positive_int,
+        metavar="M",
+        help="with --processes: replace a worker process after it finished M jobs",
     )
     worker.add_argument(
         "--metrics-port",

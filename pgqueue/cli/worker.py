@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import importlib
 import importlib.util
 import logging
@@ -36,34 +37,63 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 def run_worker(args: argparse.Namespace) -> int:
     """``pgqueue worker TARGET``."""
     logging.basicConfig(level=args.log_level, format=LOG_FORMAT, stream=sys.stderr)
-    target = load_target(args.target)
-    if args.trio and isinstance(target, Worker):
-        raise UsageError("--trio runs an AsyncWorker; a pgqueue.Worker runs on threads")
     if args.trio and importlib.util.find_spec("trio") is None:
         raise UsageError("--trio needs trio installed: pip install trio")
-    try:
-        worker = with_overrides(target, dsn=args.dsn, concurrency=args.concurrency,
-                                kinds=args.kinds, queues=args.queues)  # fmt: skip
-    except (TypeError, ValueError) as exc:
-        raise UsageError(f"cannot apply the options to {args.target}: {exc}") from exc
+    build = functools.partial(load_worker, args.target, dsn=args.dsn,
+                              concurrency=args.concurrency, kinds=args.kinds,
+                              queues=args.queues)  # fmt: skip
+    if args.processes is not None:
+        from .processes import supervise
 
+        return supervise(build, processes=args.processes,
+                         max_jobs_per_child=args.max_jobs_per_child, trio=args.trio,
+                         until_empty=args.until_empty, metrics_port=args.metrics_port,
+                         log_level=args.log_level)  # fmt: skip
+    if args.max_jobs_per_child is not None:
+        raise UsageError("--max-jobs-per-child needs --processes")
+    worker = build()
+    if args.trio and isinstance(worker, Worker):
+        raise UsageError("--trio runs an AsyncWorker; a pgqueue.Worker runs on threads")
     opened = serve_metrics(worker, args.metrics_port) if args.metrics_port else None
+    try:
+        return serve(worker, trio=args.trio, until_empty=args.until_empty)
+    finally:
+        if opened is not None:
+            opened.close()
+
+
+def load_worker(
+    target: str,
+    *,
+    dsn: str | None,
+    concurrency: int | None,
+    kinds: list[str] | None,
+    queues: list[str] | None,
+) -> Worker | AsyncWorker:
+    """The worker ``pgqueue worker TARGET`` runs: the target, with the options applied."""
+    loaded = load_target(target)
+    try:
+        return with_overrides(loaded, dsn=dsn, concurrency=concurrency, kinds=kinds,
+                              queues=queues)  # fmt: skip
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"cannot apply the options to {target}: {exc}") from exc
+
+
+def serve(worker: Worker | AsyncWorker, *, trio: bool, until_empty: bool) -> int:
+    """Run ``worker`` until it stops, SIGINT and SIGTERM stopping it; the exit status."""
     try:
         with stop_on_signals(worker.stop):
             if isinstance(worker, Worker):
-                run_sync_worker(worker, until_empty=args.until_empty)
+                run_sync_worker(worker, until_empty=until_empty)
             else:
-                backend = "trio" if args.trio else "asyncio"
-                anyio.run(run_async_worker, worker, args.until_empty, backend=backend)
+                backend = "trio" if trio else "asyncio"
+                anyio.run(run_async_worker, worker, until_empty, backend=backend)
     except KeyboardInterrupt:
         log.warning("interrupted")
         return 130
     except Exception:
         log.exception("the worker failed")
         return 1
-    finally:
-        if opened is not None:
-            opened.close()
     leave_stuck_calls_behind()
     return 0
 
@@ -90,17 +120,22 @@ def leave_stuck_calls_behind(wait: float = 1.0) -> None:
         os._exit(0)
 
 
-def serve_metrics(worker: Worker | AsyncWorker, port: int) -> Queue | None:
+def serve_metrics(
+    worker: Worker | AsyncWorker, port: int, *, children_dir: str | None = None
+) -> Queue | None:
     """Serve the worker's events and its queue's stats to Prometheus on ``port``.
 
     Both go to ``prometheus_client``'s global registry, so that metrics the
-    application registers there are served too. The stats are read at each
-    scrape with a sync `Queue`: the worker's own, or one connection of the
-    same server for an `AsyncWorker`, which is returned for the caller to
-    close (None when the worker's own serves).
+    application registers there are served too. With ``children_dir`` (a
+    supervisor's, `pgqueue.cli.processes`), the events are those its worker
+    processes write there instead, with what they register. The stats are
+    read at each scrape with a sync `Queue`: the worker's own, or one
+    connection of the same server for an `AsyncWorker`, which is returned
+    for the caller to close (None when the worker's own serves).
     """
     try:
-        from prometheus_client import start_http_server
+        from prometheus_client import REGISTRY, CollectorRegistry, start_http_server
+        from prometheus_client.multiprocess import MultiProcessCollector
 
         from ..prometheus import PrometheusMetrics, QueueStatsCollector
     except ImportError:
@@ -118,16 +153,23 @@ def serve_metrics(worker: Worker | AsyncWorker, port: int) -> Queue | None:
                 "the queue's stats with; give its AsyncQueue a DSN or a pool with one"
             )
         queue = opened = Queue(conninfo, max_connections=1, **worker.queue.core.options())
+    registry = REGISTRY
     try:
-        worker.add_event_listener(PrometheusMetrics())
-        QueueStatsCollector(queue, visibility_timeout=worker.settings.visibility_timeout)
+        if children_dir is None:
+            worker.add_event_listener(PrometheusMetrics())
+        else:
+            registry = CollectorRegistry()
+            MultiProcessCollector(registry, path=children_dir)  # type: ignore[no-untyped-call]
+        QueueStatsCollector(
+            queue, registry=registry, visibility_timeout=worker.settings.visibility_timeout
+        )
     except ValueError as exc:  # the registry refuses a name registered twice
         raise UsageError(
             f"--metrics-port: the worker's module already registers pgqueue's metrics ({exc}); "
             "serve them from there, or register them only once"
         ) from exc
     try:
-        start_http_server(port)
+        start_http_server(port, registry=registry)
     except OSError as exc:
         raise OperationFailed(f"cannot serve metrics on port {port}: {exc}") from exc
     log.info("serving Prometheus metrics on port %d (/metrics)", port)

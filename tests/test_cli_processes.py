@@ -1,0 +1,150 @@
+"""``pgqueue worker --processes N``: one supervisor, N worker processes.
+
+Run as a user runs it, with the worker module of `tests.cli_app`: what the
+processes did is read back from ``<table>_runs`` (each handler's start and
+finish, with its process id) and from the supervisor's log.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import urllib.request
+from collections import Counter
+
+import pytest
+
+import pgqueue
+
+from .conftest import Raw
+from .test_cli import FLAVOURS, PATIENCE, App, app, free_port, queue, run_command
+
+__all__ = ["app", "queue"]  # fixtures, used by name
+
+
+def started(app: App) -> list[int]:
+    """How many times each process started by the supervisor was logged, in order: their pids."""
+    return [
+        int(pid) for pid in re.findall(r"worker process \d+ started \(pid (\d+)\)", app.output())
+    ]
+
+
+def pids_of(app: App, event: str) -> Counter[int]:
+    """How many handlers reached ``event`` in each process."""
+    rows = app.execute("SELECT pid FROM {runs} WHERE event = %s", event)
+    return Counter(pid for (pid,) in rows)
+
+
+@pytest.mark.parametrize("flavour", ["sync", "trio"])
+def test_sigkilled_child_is_replaced_and_its_jobs_come_back_by_their_lease(
+    app: App, queue: pgqueue.Queue, raw: Raw, flavour: str
+) -> None:
+    ids = queue.enqueue_many([("block", i) for i in range(6)])
+    options = {
+        "CLI_APP_CONCURRENCY": "1",
+        "CLI_APP_BATCH_SIZE": "1",
+        "CLI_APP_VISIBILITY_TIMEOUT": "2",
+    }
+    with app.worker(*FLAVOURS[flavour], "--processes", "2", **options) as proc:
+        app.wait_until(lambda: len(pids_of(app, "start")) == 2, "both processes run a job", proc)
+        victim = min(pids_of(app, "start"))
+        [held] = [r[0] for r in app.execute("SELECT job_id FROM {runs} WHERE pid = %s", victim)]
+        app.wait_until(lambda: len(started(app)) == 2, "both starts logged", proc)
+        os.kill(victim, signal.SIGKILL)
+        app.wait_until(lambda: len(started(app)) == 3, "a process started in its place", proc)
+        app.release()
+        app.wait_until(lambda: set(app.runs_of("finish")) == set(ids), "every job handled", proc)
+        proc.send_signal(signal.SIGTERM)
+        assert app.exit_code(proc) == 0, app.output()
+
+    assert app.runs_of("finish") == Counter(ids)  # each job finished once
+    assert app.runs_of("start")[held] == 2  # the killed one's job ran again, after its lease
+    [(attempts,)] = app.execute(
+        "SELECT attempts FROM {runs} WHERE job_id = %s AND event = 'finish'", held
+    )
+    assert attempts == 2
+    assert victim not in pids_of(app, "finish")
+    assert f"(pid {victim}) was killed by SIGKILL" in app.output()
+    assert raw.count() == 0
+
+
+def test_max_jobs_per_child_replaces_processes_without_losing_or_rerunning_a_job(
+    app: App, queue: pgqueue.Queue, raw: Raw
+) -> None:
+    ids = queue.enqueue_many([("noop", i) for i in range(24)])
+    options = {"CLI_APP_CONCURRENCY": "2", "CLI_APP_BATCH_SIZE": "4"}
+    args = ["--processes", "2", "--max-jobs-per-child", "4", "--until-empty"]
+    with app.worker(*FLAVOURS["sync"], *args, **options) as proc:
+        assert app.exit_code(proc) == 0, app.output()
+
+    assert app.runs_of("finish") == Counter(ids)  # every job, once
+    finishes = app.execute("SELECT attempts FROM {runs}")
+    assert {attempts for (attempts,) in finishes} == {1}  # none ran twice, none was reaped
+    per_process = pids_of(app, "finish")
+    # A process stops once 4 of its outcomes are written, and finishes the
+    # jobs it had started by then: each one that ran 4 or more retired, with
+    # its count right; the last of each slot found nothing more to do.
+    retired = {int(pid): int(n) for pid, n in
+               re.findall(r"\(pid (\d+)\) retired after (\d+) jobs", app.output())}  # fmt: skip
+    assert retired == {pid: n for pid, n in per_process.items() if n >= 4}
+    assert len(retired) >= 1
+    assert len(started(app)) == 2 + len(retired)  # each retired process was replaced
+    assert raw.count() == 0
+
+
+def test_sigterm_stops_every_child_gracefully_and_the_supervisor_exits_zero(
+    app: App, queue: pgqueue.Queue, raw: Raw
+) -> None:
+    ids = queue.enqueue_many([("block", i) for i in range(8)])
+    options = {"CLI_APP_CONCURRENCY": "1", "CLI_APP_BATCH_SIZE": "2"}
+    with app.worker(*FLAVOURS["asyncio"], "--processes", "2", **options) as proc:
+        app.wait_until(lambda: len(pids_of(app, "start")) == 2, "both processes run a job", proc)
+        running = set(app.runs_of("start"))
+        proc.send_signal(signal.SIGTERM)
+        # Each process gives back at once the jobs it claimed but did not
+        # start, and waits for the one it runs.
+        app.wait_until(
+            lambda: raw.count("status = 'pending' AND attempts = 0") == 6, "the release", proc
+        )
+        assert proc.poll() is None
+        app.release()
+        assert app.exit_code(proc) == 0, app.output()
+
+    assert app.runs_of("finish") == Counter(running)
+    assert sorted(r[0] for r in raw.rows("SELECT id FROM {table}")) == sorted(set(ids) - running)
+    for pid in started(app):
+        assert f"(pid {pid}) exited with status 0" in app.output()
+
+
+def test_metrics_port_serves_every_childs_events_together(app: App, queue: pgqueue.Queue) -> None:
+    ids = queue.enqueue_many([("block", i) for i in range(6)])
+    port = free_port()
+    labels = f'event="succeeded",kind="block",queue="default",table="{app.table}"'
+    succeeded = f"pgqueue_jobs_total{{{labels}}} 6.0"
+    metrics = ""
+
+    def scraped() -> bool:
+        nonlocal metrics
+        url = f"http://127.0.0.1:{port}/metrics"
+        with urllib.request.urlopen(url, timeout=PATIENCE) as response:
+            metrics = response.read().decode()
+        return succeeded in metrics
+
+    options = {"CLI_APP_CONCURRENCY": "1", "CLI_APP_BATCH_SIZE": "1"}
+    args = ["--processes", "2", "--metrics-port", str(port)]
+    with app.worker(*FLAVOURS["sync"], *args, **options) as proc:
+        # Jobs in each process, so that the sum is of both.
+        app.wait_until(lambda: len(pids_of(app, "start")) == 2, "both processes run a job", proc)
+        app.release()
+        app.wait_until(lambda: app.runs_of("finish") == Counter(ids), "the jobs to run", proc)
+        app.wait_until(scraped, "6 successes in the metrics", proc)
+        proc.send_signal(signal.SIGTERM)
+        assert app.exit_code(proc) == 0, app.output()
+    assert f'pgqueue_queue_up{{table="{app.table}"}} 1.0' in metrics
+
+
+def test_max_jobs_per_child_without_processes_is_a_usage_error(app: App) -> None:
+    done = run_command(app, "worker", "tests.cli_app:worker", "--max-jobs-per-child", "5")
+    assert done.returncode == 2, done.stderr
+    assert "--max-jobs-per-child needs --processes" in done.stderr

@@ -39,7 +39,7 @@ from collections.abc import Callable
 from contextlib import suppress
 from ctypes import c_longlong
 from dataclasses import dataclass, field
-from multiprocessing.context import SpawnProcess
+from multiprocessing.context import SpawnContext, SpawnProcess
 from types import FrameType
 from typing import Any
 
@@ -151,7 +151,7 @@ class Supervisor:
 
     spec: ChildSpec
     processes: int
-    ctx: Any = field(default_factory=lambda: multiprocessing.get_context("spawn"))
+    ctx: SpawnContext = field(default_factory=lambda: multiprocessing.get_context("spawn"))
 
     def __post_init__(self) -> None:
         self.slots = [Slot(n) for n in range(1, self.processes + 1)]
@@ -164,7 +164,9 @@ class Supervisor:
 
     def run(self) -> int:
         """Supervise until every child has ended; the command's exit status."""
-        previous = {sig: signal.signal(sig, self._on_signal) for sig in STOP_SIGNALS}
+        # Only the main thread may set signal handlers; elsewhere the program owns them.
+        main = threading.current_thread() is threading.main_thread()
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in STOP_SIGNALS if main}
         log.info("supervising %d worker processes (spawn)", self.processes)
         try:
             for slot in self.slots:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import subprocess
 import urllib.request
 from collections import Counter
 
@@ -93,28 +94,62 @@ def test_max_jobs_per_child_replaces_processes_without_losing_or_rerunning_a_job
     assert raw.count() == 0
 
 
-def test_sigterm_stops_every_child_gracefully_and_the_supervisor_exits_zero(
-    app: App, queue: pgqueue.Queue, raw: Raw
+def stop_signal(proc: subprocess.Popen[bytes], how: str) -> None:
+    if how == "sigterm":
+        proc.send_signal(signal.SIGTERM)
+    else:  # Ctrl-C in a terminal: to every process of the foreground group
+        os.killpg(proc.pid, signal.SIGINT)
+
+
+@pytest.mark.parametrize("how", ["sigterm", "ctrl-c"])
+def test_stop_signal_stops_every_child_gracefully_and_the_supervisor_exits_zero(
+    app: App, queue: pgqueue.Queue, raw: Raw, how: str
 ) -> None:
     ids = queue.enqueue_many([("block", i) for i in range(8)])
     options = {"CLI_APP_CONCURRENCY": "1", "CLI_APP_BATCH_SIZE": "2"}
     with app.worker(*FLAVOURS["asyncio"], "--processes", "2", **options) as proc:
         app.wait_until(lambda: len(pids_of(app, "start")) == 2, "both processes run a job", proc)
         running = set(app.runs_of("start"))
-        proc.send_signal(signal.SIGTERM)
+        stop_signal(proc, how)
         # Each process gives back at once the jobs it claimed but did not
-        # start, and waits for the one it runs.
+        # start, and waits for the one it runs (one signal each: not
+        # interrupted, though a Ctrl-C reaches the whole process group).
         app.wait_until(
             lambda: raw.count("status = 'pending' AND attempts = 0") == 6, "the release", proc
         )
+        assert raw.count("status = 'running'") == 2
         assert proc.poll() is None
         app.release()
         assert app.exit_code(proc) == 0, app.output()
 
     assert app.runs_of("finish") == Counter(running)
     assert sorted(r[0] for r in raw.rows("SELECT id FROM {table}")) == sorted(set(ids) - running)
+    assert raw.count("status = 'pending' AND attempts = 0") == 6
     for pid in started(app):
         assert f"(pid {pid}) exited with status 0" in app.output()
+
+
+def test_second_stop_signal_interrupts_every_childs_jobs(
+    app: App, queue: pgqueue.Queue, raw: Raw
+) -> None:
+    queue.enqueue_many([("block", i) for i in range(4)])
+    options = {"CLI_APP_CONCURRENCY": "1", "CLI_APP_BATCH_SIZE": "1"}
+    with app.worker(*FLAVOURS["sync"], "--processes", "2", **options) as proc:
+        app.wait_until(lambda: len(pids_of(app, "start")) == 2, "both processes run a job", proc)
+        proc.send_signal(signal.SIGTERM)
+        app.wait_until(lambda: raw.count("status = 'pending'") == 2, "the release", proc)
+        proc.send_signal(signal.SIGTERM)
+        # Interrupted: pending again at once, the attempt counted.
+        app.wait_until(
+            lambda: raw.count("status = 'pending' AND attempts = 1") == 2, "interruption", proc
+        )
+        # The handler threads cannot be killed; let them return so the processes can end.
+        app.release()
+        assert app.exit_code(proc) == 0, app.output()
+    interrupted = raw.rows("SELECT last_error FROM {table} WHERE attempts = 1")
+    assert len(interrupted) == 2
+    assert all("interrupted" in error for (error,) in interrupted)
+    assert raw.count("status = 'pending'") == 4
 
 
 def test_metrics_port_serves_every_childs_events_together(app: App, queue: pgqueue.Queue) -> None:

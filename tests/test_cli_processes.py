@@ -152,6 +152,25 @@ def test_second_stop_signal_interrupts_every_childs_jobs(
     assert raw.count("status = 'pending'") == 4
 
 
+def test_children_of_a_killed_supervisor_stop_gracefully(
+    app: App, queue: pgqueue.Queue, raw: Raw
+) -> None:
+    queue.enqueue_many([("block", i) for i in range(6)])
+    options = {"CLI_APP_CONCURRENCY": "1", "CLI_APP_BATCH_SIZE": "1"}
+    with app.worker(*FLAVOURS["sync"], "--processes", "2", **options) as proc:
+        app.wait_until(lambda: len(pids_of(app, "start")) == 2, "both processes run a job", proc)
+        running = set(app.runs_of("start"))
+        proc.send_signal(signal.SIGKILL)
+        assert app.exit_code(proc) == -signal.SIGKILL
+    # No orphan keeps claiming: each gives back what it did not start ...
+    app.wait_until(lambda: raw.count("status = 'pending' AND attempts = 0") == 4, "the release")
+    app.release()
+    # ... and finishes the job it runs.
+    app.wait_until(lambda: app.runs_of("finish") == Counter(running), "the running jobs end")
+    app.wait_until(lambda: raw.count() == 4, "their outcomes written")
+    assert "the supervisor is gone: stopping" in app.output()
+
+
 def test_metrics_port_serves_every_childs_events_together(app: App, queue: pgqueue.Queue) -> None:
     ids = queue.enqueue_many([("block", i) for i in range(6)])
     port = free_port()

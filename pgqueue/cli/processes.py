@@ -35,8 +35,8 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
-from contextlib import suppress
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from ctypes import c_longlong
 from dataclasses import dataclass, field
 from multiprocessing.context import SpawnContext, SpawnProcess
@@ -46,9 +46,9 @@ from typing import Any
 from ..aio.worker import AsyncWorker
 from ..core.events import EventName, JobEvent
 from ..core.worker import RETRY_BACKOFF
-from ..sync.queue import Queue
 from ..sync.worker import Worker
 from .errors import UsageError
+from .worker import leave_stuck_calls_behind, serve, serve_metrics
 
 __all__ = ["ChildExit", "Supervisor", "WorkerFactory", "supervise"]
 
@@ -57,6 +57,8 @@ log = logging.getLogger("pgqueue.cli")
 WorkerFactory = Callable[[], "Worker | AsyncWorker"]
 """Builds the worker a process runs; picklable (a module-level function, or
 a `functools.partial` of one), since each child calls it in its interpreter."""
+
+MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"
 
 CHILD_LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s"
 
@@ -110,28 +112,32 @@ def supervise(
         raise UsageError("--trio runs an AsyncWorker; a pgqueue.Worker runs on threads")
     spec = ChildSpec(build, trio, until_empty, max_jobs_per_child, metrics_port is not None,
                      log_level)  # fmt: skip
-    metrics_dir: str | None = None
-    opened: Queue | None = None
-    try:
-        if metrics_port is not None:
-            metrics_dir = children_metrics_dir()
-            from .worker import serve_metrics
-
-            opened = serve_metrics(worker, metrics_port, children_dir=metrics_dir)
+    if metrics_port is None:
         return Supervisor(spec, processes).run()
-    finally:
-        if opened is not None:
-            opened.close()
-        if metrics_dir is not None:
-            shutil.rmtree(metrics_dir, ignore_errors=True)
+    with children_metrics_dir() as path:
+        opened = serve_metrics(worker, metrics_port, children_dir=path)
+        try:
+            return Supervisor(spec, processes).run()
+        finally:
+            if opened is not None:
+                opened.close()
 
 
-def children_metrics_dir() -> str:
-    """A new directory where the children's metrics are written, in the
-    environment they inherit (prometheus_client's multiprocess mode)."""
+@contextmanager
+def children_metrics_dir() -> Iterator[str]:
+    """A new directory where the children write their metrics, named in the
+    environment they inherit (prometheus_client's multiprocess mode); removed after."""
+    previous = os.environ.get(MULTIPROC_DIR)
     path = tempfile.mkdtemp(prefix="pgqueue-metrics-")
-    os.environ["PROMETHEUS_MULTIPROC_DIR"] = path
-    return path
+    os.environ[MULTIPROC_DIR] = path
+    try:
+        yield path
+    finally:
+        if previous is None:
+            del os.environ[MULTIPROC_DIR]
+        else:
+            os.environ[MULTIPROC_DIR] = previous
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @dataclass
@@ -255,8 +261,8 @@ class Supervisor:
             log.error("worker process %d (pid %s) could not set up its worker; stopping",
                       slot.number, process.pid)  # fmt: skip
             self._status = ChildExit.UNUSABLE
-            self._signals = self._forwarded = 1
-            self._stop_all()
+            self._signals += 1  # as if told to stop
+            self._forward_signals()
         else:
             slot.crashes = slot.crashes + 1 if finished == 0 else 1
             delay = RETRY_BACKOFF.delay(slot.crashes).total_seconds()
@@ -280,7 +286,7 @@ def describe_exit(code: int | None) -> str:
 
 def forget_metrics_of(pid: int | None) -> None:
     """Drop the live gauges of a dead child, in multiprocess mode (its counters stay)."""
-    if pid is None or not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    if pid is None or not os.environ.get(MULTIPROC_DIR):
         return
     from prometheus_client import multiprocess
 
@@ -296,8 +302,6 @@ def child_main(spec: ChildSpec, jobs: c_longlong) -> None:
     # forwarded by the supervisor, not twice (which would interrupt its jobs).
     os.setpgid(0, 0)
     logging.basicConfig(level=spec.log_level, format=CHILD_LOG_FORMAT, stream=sys.stderr)
-    from .worker import serve
-
     try:
         worker = spec.build()
         if spec.metrics:
@@ -311,8 +315,10 @@ def child_main(spec: ChildSpec, jobs: c_longlong) -> None:
     worker.add_event_listener(counter)
     watch_parent(worker.stop)
     status = serve(worker, trio=spec.trio, until_empty=spec.until_empty)
-    if status == 0 and counter.retired:
+    if status == ChildExit.DONE and counter.retired:
         status = ChildExit.RETIRED
+    if status in (ChildExit.DONE, ChildExit.RETIRED):
+        leave_stuck_calls_behind(status)
     sys.exit(status)
 
 

@@ -56,10 +56,13 @@ def run_worker(args: argparse.Namespace) -> int:
         raise UsageError("--trio runs an AsyncWorker; a pgqueue.Worker runs on threads")
     opened = serve_metrics(worker, args.metrics_port) if args.metrics_port else None
     try:
-        return serve(worker, trio=args.trio, until_empty=args.until_empty)
+        status = serve(worker, trio=args.trio, until_empty=args.until_empty)
     finally:
         if opened is not None:
             opened.close()
+    if status == 0:
+        leave_stuck_calls_behind()
+    return status
 
 
 def load_worker(
@@ -94,15 +97,14 @@ def serve(worker: Worker | AsyncWorker, *, trio: bool, until_empty: bool) -> int
     except Exception:
         log.exception("the worker failed")
         return 1
-    leave_stuck_calls_behind()
     return 0
 
 
-def leave_stuck_calls_behind(wait: float = 1.0) -> None:
-    """Exit now if database calls the worker gave up on (past ``call_timeout``)
-    still hold their threads: a connection gone silent would keep the process
-    alive at exit, waiting for a socket that may never answer (those jobs
-    come back through their lease)."""
+def leave_stuck_calls_behind(status: int = 0, wait: float = 1.0) -> None:
+    """Exit now, with ``status``, if database calls the worker gave up on (past
+    ``call_timeout``) still hold their threads: a connection gone silent would
+    keep the process alive at exit, waiting for a socket that may never answer
+    (those jobs come back through their lease)."""
     deadline = time.monotonic() + wait
     stuck = []
     for thread in threading.enumerate():
@@ -117,7 +119,7 @@ def leave_stuck_calls_behind(wait: float = 1.0) -> None:
         logging.shutdown()
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(0)
+        os._exit(status)
 
 
 def serve_metrics(

@@ -66,7 +66,7 @@ def test_sigkilled_child_is_replaced_and_its_jobs_come_back_by_their_lease(
     )
     assert attempts == 2
     assert victim not in pids_of(app, "finish")
-    assert f"(pid {victim}) was killed by SIGKILL" in app.output()
+    assert re.search(rf"\(pid {victim}\) was killed by SIGKILL .*; restarting it in", app.output())
     assert raw.count() == 0
 
 
@@ -196,6 +196,15 @@ def test_metrics_port_serves_every_childs_events_together(app: App, queue: pgque
         proc.send_signal(signal.SIGTERM)
         assert app.exit_code(proc) == 0, app.output()
     assert f'pgqueue_queue_up{{table="{app.table}"}} 1.0' in metrics
+
+
+def test_a_child_that_cannot_set_up_its_worker_stops_them_all_with_status_2(app: App) -> None:
+    # The module registers pgqueue's metrics itself: each process would fail alike.
+    args = ["--processes", "2", "--metrics-port", str(free_port())]
+    with app.worker("tests.cli_app_metered:worker", *args) as proc:
+        assert app.exit_code(proc) == 2, app.output()
+    assert "cannot set up the worker: DuplicateTimeseries" in app.output()
+    assert "could not set up its worker; stopping" in app.output()
 
 
 def test_max_jobs_per_child_without_processes_is_a_usage_error(app: App) -> None:

@@ -25,7 +25,7 @@ __all__ = ["app", "queue"]  # fixtures, used by name
 
 
 def started(app: App) -> list[int]:
-    """How many times each process started by the supervisor was logged, in order: their pids."""
+    """The pids of the worker processes the supervisor logged as started, in order."""
     return [
         int(pid) for pid in re.findall(r"worker process \d+ started \(pid (\d+)\)", app.output())
     ]

@@ -48,9 +48,10 @@ def burn(loops: int) -> int:
 
 
 def loops_for(work_ms: float) -> int:
-    """How many loops of `burn` take ``work_ms`` milliseconds here (best of 5)."""
+    """How many loops of `burn` take ``work_ms`` milliseconds here (the best
+    of 20 probes: on a busy machine most are slowed by other work)."""
     probe = 200_000
-    best = min(_timed(probe) for _ in range(5))
+    best = min(_timed(probe) for _ in range(20))
     return max(1, round(probe * work_ms / 1000 / best))
 
 
@@ -135,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"jobs": args.jobs, "work_ms": args.work_ms, "loops": loops,
                           "runs": rates}))  # fmt: skip
         return 0
-    print(f"{args.jobs:,} jobs of {args.work_ms:g} ms CPU, median of {args.repeat} run(s)")
+    print(f"{args.jobs:,} jobs of {args.work_ms:g} ms CPU ({loops:,} loops), "
+          f"median of {args.repeat} run(s)")  # fmt: skip
     print(f"{'processes':10} {'jobs/s':>8} {'vs 1':>6}")
     for n, rate in medians.items():
         print(f"{n:<10} {rate:8,.0f} {rate / medians[1]:5.2f}x")

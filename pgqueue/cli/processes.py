@@ -48,7 +48,7 @@ from ..core.events import EventName, JobEvent
 from ..core.worker import RETRY_BACKOFF
 from ..sync.worker import Worker
 from .errors import UsageError
-from .worker import leave_stuck_calls_behind, serve, serve_metrics
+from .worker import STOP_SIGNALS, leave_stuck_calls_behind, serve, serve_metrics
 
 __all__ = ["ChildExit", "Supervisor", "WorkerFactory", "supervise"]
 
@@ -269,9 +269,6 @@ class Supervisor:
             log.warning("worker process %d (pid %s) %s after %d jobs; restarting it in %.1f s",
                         slot.number, process.pid, how, finished, delay)  # fmt: skip
             slot.start_at = time.monotonic() + delay
-
-
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def describe_exit(code: int | None) -> str:

@@ -46,6 +46,7 @@ from typing import Any
 from ..aio.worker import AsyncWorker
 from ..core.events import EventName, JobEvent
 from ..core.worker import RETRY_BACKOFF
+from ..sync.queue import Queue
 from ..sync.worker import Worker
 from .errors import UsageError
 from .worker import STOP_SIGNALS, leave_stuck_calls_behind, serve, serve_metrics
@@ -119,8 +120,10 @@ def supervise(
         try:
             return Supervisor(spec, processes).run()
         finally:
-            if opened is not None:
-                opened.close()
+            # The queue the stats were read with: opened for them, or the worker's own.
+            stats = opened if opened is not None else worker.queue
+            if isinstance(stats, Queue):
+                stats.close()
 
 
 @contextmanager

@@ -5,7 +5,8 @@ measured once here, then given to every worker process), so that a single
 process runs one job at a time whatever its threads (the GIL). Each run
 enqueues ``--jobs`` jobs into a fresh table and starts
 ``python -m pgqueue worker benchmarks.processes:worker --processes N
---until-empty``; the table's row count is polled every 20 ms, and the rate is
+--until-empty`` (``--concurrency`` and ``--batch-size`` set each process's
+worker); the table's row count is polled every 20 ms, and the rate is
 taken between the moments 10 % and 90 % of the jobs were gone, so that
 neither the processes' start-up nor the last stragglers count. The two
 values of N take turns within each repeat, so that noise on the machine is
@@ -17,6 +18,7 @@ settings is started and removed afterwards; tables are always dropped.
 
     python benchmarks/processes.py
     python benchmarks/processes.py --jobs 4000 --repeat 5 --work-ms 2
+    python benchmarks/processes.py --concurrency 4 --batch-size 100
 """
 
 from __future__ import annotations
@@ -70,12 +72,12 @@ if "BENCH_PROCESSES_TABLE" in os.environ:
     worker = pgqueue.Worker(
         pgqueue.Queue(os.environ["PGQUEUE_DSN"], table=os.environ["BENCH_PROCESSES_TABLE"]),
         {"cpu": cpu_job},
-        concurrency=1,  # more threads would only share the one GIL
-        batch_size=10,
+        concurrency=int(os.environ["BENCH_PROCESSES_CONCURRENCY"]),
+        batch_size=int(os.environ["BENCH_PROCESSES_BATCH_SIZE"]),
     )
 
 
-def run(dsn: str, processes: int, jobs: int, loops: int) -> float:
+def run(dsn: str, processes: int, jobs: int, loops: int, worker_env: dict[str, str]) -> float:
     """Enqueue ``jobs`` jobs, run them with ``processes`` worker processes; jobs per second."""
     table = f"procbench_{uuid.uuid4().hex[:10]}"
     ident = sql.Identifier(table)
@@ -83,7 +85,7 @@ def run(dsn: str, processes: int, jobs: int, loops: int) -> float:
         with pgqueue.Queue(dsn, table=table) as q:
             q.install()
             q.enqueue_many([("cpu", {"loops": loops}) for _ in range(jobs)])
-        env = {**os.environ, "PGQUEUE_DSN": dsn, "BENCH_PROCESSES_TABLE": table}
+        env = {**os.environ, **worker_env, "PGQUEUE_DSN": dsn, "BENCH_PROCESSES_TABLE": table}
         command = [
             *(sys.executable, "-m", "pgqueue", "worker", "benchmarks.processes:worker"),
             *("--processes", str(processes), "--until-empty", "--log-level", "WARNING"),
@@ -120,23 +122,41 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=2000, help="jobs per run (default 2,000)")
     p.add_argument("--work-ms", type=float, default=2.0, help="CPU time of one job (default 2)")
     p.add_argument("--repeat", type=int, default=3, help="runs per process count (default 3)")
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=1,
+        help="of each process (default 1: more threads only share the one GIL)",
+    )
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=10,
+        help="of each process (default 10: a process that claims far ahead leaves "
+        "the other idle at the end)",
+    )
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     args = p.parse_args(argv)
     from pgqueue.embedded import dsn_or_embedded
 
     loops = loops_for(args.work_ms)
+    worker_env = {
+        "BENCH_PROCESSES_CONCURRENCY": str(args.concurrency),
+        "BENCH_PROCESSES_BATCH_SIZE": str(args.batch_size),
+    }
     rates: dict[int, list[float]] = {1: [], 2: []}
     with dsn_or_embedded(args.dsn) as dsn:
         for i in range(args.repeat):
             for n in rates:
                 print(f"run {i + 1}/{args.repeat}: --processes {n}...", file=sys.stderr)
-                rates[n].append(run(dsn, n, args.jobs, loops))
+                rates[n].append(run(dsn, n, args.jobs, loops, worker_env))
     medians = {n: statistics.median(r) for n, r in rates.items()}
     if args.json:
         print(json.dumps({"jobs": args.jobs, "work_ms": args.work_ms, "loops": loops,
                           "runs": rates}))  # fmt: skip
         return 0
     print(f"{args.jobs:,} jobs of {args.work_ms:g} ms CPU ({loops:,} loops), "
+          f"concurrency {args.concurrency}, batch size {args.batch_size}, "
           f"median of {args.repeat} run(s)")  # fmt: skip
     print(f"{'processes':10} {'jobs/s':>8} {'vs 1':>6}")
     for n, rate in medians.items():

@@ -109,7 +109,7 @@ def run_dashboard(args: argparse.Namespace) -> int:
     """``pgqueue dashboard``."""
     for module in ("jinja2", "uvicorn"):
         if importlib.util.find_spec(module) is None:
-            raise UsageError(f"the dashboard needs {module}: pip install 'pgqueue[web]'")
+            raise UsageError(f"the dashboard needs {module}: pip install 'pgqueue-jobs[web]'")
     from psycopg.conninfo import conninfo_to_dict
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")

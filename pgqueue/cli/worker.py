@@ -142,7 +142,7 @@ def serve_metrics(
         from ..prometheus import PrometheusMetrics, QueueStatsCollector
     except ImportError:
         raise UsageError(
-            "--metrics-port needs prometheus_client: pip install 'pgqueue[prometheus]'"
+            "--metrics-port needs prometheus_client: pip install 'pgqueue-jobs[prometheus]'"
         ) from None
     opened: Queue | None = None
     if isinstance(worker.queue, Queue):

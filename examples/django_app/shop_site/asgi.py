@@ -1,6 +1,6 @@
 """The shop as an ASGI application, with pgqueue's dashboard under /pgqueue/.
 
-    pip install 'pgqueue[django,web]'
+    pip install 'pgqueue-jobs[django,web]'
     cd examples/django_app
     DASHBOARD_TOKEN=change-me-to-16-chars-or-more uvicorn shop_site.asgi:application
 

@@ -33,7 +33,8 @@ try:
     from prometheus_client.registry import Collector
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess
     raise ImportError(
-        "pgqueue.prometheus needs the prometheus_client package: pip install 'pgqueue-jobs[prometheus]'"
+        "pgqueue.prometheus needs the prometheus_client package: "
+        "pip install 'pgqueue-jobs[prometheus]'"
     ) from exc
 
 import psycopg

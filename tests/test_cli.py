@@ -397,3 +397,32 @@ def test_sigkilled_workers_jobs_are_reclaimed_after_the_lease_and_run_by_another
     assert {job_id for job_id, attempts in second_tries if attempts == 2} == held
     assert "reaped" in app.output()
     assert raw.count() == 0
+
+
+def test_every_worker_setting_is_a_flag_that_overrides_the_targets(
+    dsn: str, table: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from datetime import timedelta
+
+    from pgqueue.cli.worker import WORKER_SETTINGS, load_worker, worker_settings
+
+    monkeypatch.setenv("PGQUEUE_DSN", dsn)
+    monkeypatch.setenv("PGQUEUE_TABLE", table)
+    args = cli.build_parser().parse_args(
+        ["worker", "tests.cli_app:worker", "--concurrency", "3", "--batch-size", "7",
+         "--kinds", "noop", "--queues", "mail", "--poll-interval", "2s", "--job-timeout", "1m",
+         "--visibility-timeout", "10m", "--grace-period", "45s", "--call-timeout", "20s",
+         "--claim-bytes", "1000000", "--name", "box-1", "--listen-conninfo", dsn]
+    )  # fmt: skip
+    given = worker_settings(args)
+    assert set(given) == set(WORKER_SETTINGS) and None not in given.values()
+    worker = load_worker(args.target, dsn=None, **given)
+    s = worker.settings
+    assert (s.concurrency, s.batch_size, s.kinds, s.queues) == (3, 7, ["noop"], ["mail"])
+    assert (s.poll_interval, s.job_timeout, s.grace_period, s.call_timeout) == (2, 60, 45, 20)
+    assert s.visibility_timeout == timedelta(minutes=10)
+    assert (s.claim_bytes, s.name, s.listen_conninfo) == (1_000_000, "box-1", dsn)
+    # Without flags, the target is served as it is.
+    plain = cli.build_parser().parse_args(["worker", "tests.cli_app:worker"])
+    target = load_worker(plain.target, dsn=None, **worker_settings(plain))
+    assert target.settings.batch_size == 20 and target.settings.name != "box-1"

@@ -33,8 +33,9 @@ aligned text), after the subcommand. A DURATION is ``90`` (seconds), ``90s``,
 ``worker TARGET`` names a `pgqueue.Worker` or `pgqueue.AsyncWorker` as
 ``module:attribute`` (the attribute may be dotted); the current directory is
 put on ``sys.path`` first, so a module of the project the command runs in can
-be named. Its ``--dsn`` (default ``$PGQUEUE_DSN``), ``--concurrency``,
-``--kinds`` and ``--queues`` override the worker's own settings: the command then runs a copy
+be named. Its ``--dsn`` (default ``$PGQUEUE_DSN``) and a flag for each of the
+worker's settings (``--concurrency``, ``--batch-size``, ``--kinds``, ``--queues``,
+``--poll-interval``...) override the worker's own: the command then runs a copy
 of the worker, with the same handlers and other settings, on a queue of the
 same table.
 
@@ -73,7 +74,15 @@ from psycopg_pool import PoolTimeout
 from .. import __version__
 from .. import bench as pgqueue_bench
 from ..core.migrations import SchemaError
-from .argtypes import kind_list, parse_duration, port, positive_int, queue_list
+from .argtypes import (
+    kind_list,
+    kind_name,
+    parse_duration,
+    port,
+    positive_duration,
+    positive_int,
+    queue_list,
+)
 from .dashboard import add_dashboard_command
 from .errors import OperationFailed, UsageError, one_line
 from .operate import add_operator_commands
@@ -185,7 +194,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="connect to this server instead of the one the worker's queue names "
         "(default: $PGQUEUE_DSN if set); the table stays the worker's",
     )
-    worker.add_argument("--concurrency", type=positive_int, metavar="N", help="jobs run at a time")
+    worker.add_argument(
+        "--concurrency", type=positive_int, metavar="N", help="handlers run at a time"
+    )
+    worker.add_argument(
+        "--batch-size", type=positive_int, metavar="N", help="jobs claimed at a time at most"
+    )
     worker.add_argument(
         "--kinds",
         type=kind_list,
@@ -197,6 +211,26 @@ def build_parser() -> argparse.ArgumentParser:
         type=queue_list,
         metavar="QUEUE[,QUEUE...]",
         help="serve only these queues (comma-separated; default: the worker's own, else all)",
+    )
+    for flag, help in (
+        ("--poll-interval", "the longest an idle worker waits before it looks for jobs"),
+        ("--job-timeout", "a job still running after this long fails"),
+        ("--visibility-timeout", "a job's lease: a dead worker's jobs come back after it"),
+        ("--grace-period", "on a stop, how long running jobs may finish"),
+        ("--call-timeout", "the longest any database call may take"),
+    ):
+        worker.add_argument(flag, type=positive_duration, metavar="DURATION", help=help)
+    worker.add_argument(
+        "--claim-bytes",
+        type=positive_int,
+        metavar="BYTES",
+        help="the most payload bytes one claim brings in (memory)",
+    )
+    worker.add_argument("--name", type=kind_name, help="the worker's name, in locked_by")
+    worker.add_argument(
+        "--listen-conninfo",
+        metavar="DSN",
+        help="LISTEN on this server connection (a transaction pooler stands in front)",
     )
     worker.add_argument(
         "--until-empty",

@@ -39,9 +39,7 @@ def run_worker(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level, format=LOG_FORMAT, stream=sys.stderr)
     if args.trio and importlib.util.find_spec("trio") is None:
         raise UsageError("--trio needs trio installed: pip install trio")
-    build = functools.partial(load_worker, args.target, dsn=args.dsn,
-                              concurrency=args.concurrency, kinds=args.kinds,
-                              queues=args.queues)  # fmt: skip
+    build = functools.partial(load_worker, args.target, dsn=args.dsn, **worker_settings(args))
     if args.processes is not None:
         from .processes import supervise
 
@@ -65,19 +63,34 @@ def run_worker(args: argparse.Namespace) -> int:
     return status
 
 
-def load_worker(
-    target: str,
-    *,
-    dsn: str | None,
-    concurrency: int | None,
-    kinds: list[str] | None,
-    queues: list[str] | None,
-) -> Worker | AsyncWorker:
+# The worker's settings that ``pgqueue worker`` takes as flags (the spelling
+# of each: its name with dashes), each overriding the target's own.
+WORKER_SETTINGS = (
+    "concurrency",
+    "batch_size",
+    "kinds",
+    "queues",
+    "poll_interval",
+    "job_timeout",
+    "visibility_timeout",
+    "grace_period",
+    "call_timeout",
+    "claim_bytes",
+    "name",
+    "listen_conninfo",
+)
+
+
+def worker_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The worker settings given as flags (None: the target's own)."""
+    return {name: getattr(args, name) for name in WORKER_SETTINGS}
+
+
+def load_worker(target: str, *, dsn: str | None, **settings: Any) -> Worker | AsyncWorker:
     """The worker ``pgqueue worker TARGET`` runs: the target, with the options applied."""
     loaded = load_target(target)
     try:
-        return with_overrides(loaded, dsn=dsn, concurrency=concurrency, kinds=kinds,
-                              queues=queues)  # fmt: skip
+        return with_overrides(loaded, dsn=dsn, **settings)
     except (TypeError, ValueError) as exc:
         raise UsageError(f"cannot apply the options to {target}: {exc}") from exc
 
@@ -212,29 +225,24 @@ def load_target(spec: str) -> Worker | AsyncWorker:
 
 
 def with_overrides(
-    target: Worker | AsyncWorker,
-    *,
-    dsn: str | None,
-    concurrency: int | None,
-    kinds: list[str] | None,
-    queues: list[str] | None = None,
+    target: Worker | AsyncWorker, *, dsn: str | None, **overrides: Any
 ) -> Worker | AsyncWorker:
-    """The target itself, or a copy of it with these settings and server."""
+    """The target itself, or a copy of it with these settings (the names of
+    `pgqueue.core.worker.WorkerSettings`; None keeps the target's) and server."""
     queue = target.queue
     new_dsn = dsn is not None and dsn != _conninfo(queue)
-    if not new_dsn and concurrency is None and kinds is None and queues is None:
+    changed = {name: value for name, value in overrides.items() if value is not None}
+    if not new_dsn and not changed:
         if isinstance(target, AsyncWorker):
             target.handle_signals = True
         return target
     settings: dict[str, Any] = {
         f.name: getattr(target.settings, f.name) for f in dataclasses.fields(target.settings)
     }
-    if concurrency is not None:
-        settings["concurrency"] = concurrency
-    if kinds is not None:
-        settings["kinds"] = kinds
-    if queues is not None:
-        settings["queues"] = queues
+    unknown = set(changed) - set(settings)
+    if unknown:
+        raise TypeError(f"not a worker setting: {', '.join(sorted(unknown))}")
+    settings.update(changed)
     handlers: dict[str, Callable[..., Any]] = {}
     for kind in target.handlers.kinds():
         fn = target.handlers.get(kind)

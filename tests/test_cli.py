@@ -281,6 +281,27 @@ def test_metrics_port_serves_the_workers_events_and_the_queues_stats(
     assert f"serving Prometheus metrics on port {port}" in app.output()
 
 
+def test_metrics_host_binds_the_metrics_to_one_address(app: App) -> None:
+    # Every 127.x address is this machine's loopback: the metrics answer on
+    # the one given, and nowhere else.
+    port = free_port()
+
+    def answers(host: str) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=PATIENCE):
+                return True
+        except OSError:
+            return False
+
+    args = ("tests.cli_app:worker", "--metrics-port", str(port), "--metrics-host", "127.0.0.2")
+    with app.worker(*args) as proc:
+        app.wait_until(lambda: answers("127.0.0.2"), "the metrics on 127.0.0.2", proc)
+        assert not answers("127.0.0.1")
+        proc.send_signal(signal.SIGTERM)
+        assert app.exit_code(proc) == 0, app.output()
+    assert f"serving Prometheus metrics on port {port} of 127.0.0.2" in app.output()
+
+
 def test_metrics_port_refuses_a_module_that_registers_the_metrics_itself(app: App) -> None:
     port = str(free_port())
     done = run_command(app, "worker", "tests.cli_app_metered:worker", "--metrics-port", port)

@@ -257,8 +257,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--metrics-port",
         type=port,
         metavar="PORT",
-        help="serve Prometheus metrics on this port, all interfaces: the worker's events "
-        "and the queue's stats at /metrics (needs the prometheus extra)",
+        help="serve Prometheus metrics on this port (every interface unless --metrics-host): "
+        "the worker's events and the queue's stats at /metrics (needs the prometheus extra)",
+    )
+    worker.add_argument(
+        "--metrics-host",
+        default="0.0.0.0",
+        metavar="HOST",
+        help="with --metrics-port: the address to listen on, e.g. 127.0.0.1 "
+        "(default: 0.0.0.0, every interface)",
     )
     worker.add_argument(
         "--log-level",

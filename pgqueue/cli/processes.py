@@ -100,6 +100,7 @@ def supervise(
     trio: bool = False,
     until_empty: bool = False,
     metrics_port: int | None = None,
+    metrics_host: str = "0.0.0.0",
     log_level: str = "INFO",
 ) -> int:
     """Run ``processes`` workers built by ``build`` under one supervisor; its exit status.
@@ -116,7 +117,7 @@ def supervise(
     if metrics_port is None:
         return Supervisor(spec, processes).run()
     with children_metrics_dir() as path:
-        opened = serve_metrics(worker, metrics_port, children_dir=path)
+        opened = serve_metrics(worker, metrics_port, host=metrics_host, children_dir=path)
         try:
             return Supervisor(spec, processes).run()
         finally:

@@ -46,13 +46,18 @@ def run_worker(args: argparse.Namespace) -> int:
         return supervise(build, processes=args.processes,
                          max_jobs_per_child=args.max_jobs_per_child, trio=args.trio,
                          until_empty=args.until_empty, metrics_port=args.metrics_port,
+                         metrics_host=args.metrics_host,
                          log_level=args.log_level)  # fmt: skip
     if args.max_jobs_per_child is not None:
         raise UsageError("--max-jobs-per-child needs --processes")
     worker = build()
     if args.trio and isinstance(worker, Worker):
         raise UsageError("--trio runs an AsyncWorker; a pgqueue.Worker runs on threads")
-    opened = serve_metrics(worker, args.metrics_port) if args.metrics_port else None
+    opened = (
+        serve_metrics(worker, args.metrics_port, host=args.metrics_host)
+        if args.metrics_port
+        else None
+    )
     try:
         status = serve(worker, trio=args.trio, until_empty=args.until_empty)
     finally:
@@ -136,7 +141,11 @@ def leave_stuck_calls_behind(status: int = 0, wait: float = 1.0) -> None:
 
 
 def serve_metrics(
-    worker: Worker | AsyncWorker, port: int, *, children_dir: str | None = None
+    worker: Worker | AsyncWorker,
+    port: int,
+    *,
+    host: str = "0.0.0.0",
+    children_dir: str | None = None,
 ) -> Queue | None:
     """Serve the worker's events and its queue's stats to Prometheus on ``port``.
 
@@ -184,10 +193,11 @@ def serve_metrics(
             "serve them from there, or register them only once"
         ) from exc
     try:
-        start_http_server(port, registry=registry)
+        start_http_server(port, addr=host, registry=registry)
     except OSError as exc:
         raise OperationFailed(f"cannot serve metrics on port {port}: {exc}") from exc
-    log.info("serving Prometheus metrics on port %d (/metrics)", port)
+    log.info("serving Prometheus metrics on port %d of %s (/metrics)", port,
+             host)  # fmt: skip
     return opened
 
 

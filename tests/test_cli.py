@@ -178,6 +178,10 @@ def test_version_and_help_exit_zero(app: App) -> None:
         (["worker", "tests.cli_app:queue"], "is a pgqueue.Queue, not a worker"),
         (["worker", "tests.cli_app:async_queue"], "is a pgqueue.AsyncQueue, not a worker"),
         (["worker", "tests.cli_app:HANDLERS"], "is a dict, not a pgqueue.Worker"),
+        (
+            ["worker", "tests.cli_app_broken:worker"],
+            "importing 'tests.cli_app_broken' failed: KeyError: 'workers' (at ",
+        ),
         (["worker", "pgqueue:Worker"], "is the class Worker"),
         (["worker", "tests.cli_app:worker", "--trio"], "--trio runs an AsyncWorker"),
         (["worker", "tests.cli_app:worker", "--concurrency", "0"], "must be at least 1"),

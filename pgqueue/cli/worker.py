@@ -13,6 +13,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
@@ -212,10 +213,14 @@ def load_target(spec: str) -> Worker | AsyncWorker:
         sys.path.insert(0, cwd)
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
+    except Exception as exc:  # whatever the module raises at import: one line, status 2
         if isinstance(exc, ModuleNotFoundError) and exc.name == module_name:
             raise UsageError(f"no module named {module_name!r} (from {cwd})") from exc
-        raise UsageError(f"importing {module_name!r} failed: {type(exc).__name__}: {exc}") from exc
+        frames = traceback.extract_tb(exc.__traceback__)
+        where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+        raise UsageError(
+            f"importing {module_name!r} failed: {type(exc).__name__}: {exc}{where}"
+        ) from exc
     obj: Any = module
     for part in attr_path.split("."):
         try:

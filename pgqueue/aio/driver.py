@@ -24,6 +24,7 @@ import psycopg
 from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolClosed
 
+from ..core.jobs import wrong_connection
 from ..core.ops import Copy, Operation, Rows, Step, needs_transaction
 from ..core.pooling import check_pool_kwargs, pool_kwargs
 from ..sync import driver as sync_driver
@@ -61,10 +62,7 @@ async def run_on(conn: CallerConnection, op: Operation[T]) -> T:
     if isinstance(conn, psycopg.Connection):
         return await anyio.to_thread.run_sync(sync_driver.run_on, conn, op)
     if not isinstance(conn, psycopg.AsyncConnection):
-        raise TypeError(
-            "conn must be a psycopg.AsyncConnection (asyncio) or a psycopg.Connection, "
-            f"not {type(conn).__name__}"
-        )
+        raise wrong_connection(conn, "a psycopg.AsyncConnection (asyncio) or a psycopg.Connection")
     if not on_asyncio():
         raise TypeError(
             "a psycopg.AsyncConnection only works on asyncio; pass a psycopg.Connection"

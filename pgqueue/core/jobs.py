@@ -574,6 +574,23 @@ def validate_table_name(table: object) -> tuple[str, ...]:
     return parts
 
 
+def wrong_connection(conn: object, expected: str) -> TypeError:
+    """The error for a ``conn=`` that is not a psycopg connection: its full
+    type name, and for a framework's own connection object, the helper that
+    gives the psycopg connection under it."""
+    kind = type(conn)
+    name = f"{kind.__module__}.{kind.__qualname__}"
+    hint = ""
+    if kind.__module__.split(".")[0] == "sqlalchemy":
+        hint = (
+            "; from a SQLAlchemy session, pass pgqueue.contrib.sqlalchemy.psycopg_connection"
+            "(session) (async: async_psycopg_connection)"
+        )
+    elif kind.__module__.split(".")[0] == "django":
+        hint = "; in Django, pgqueue.contrib.django.connection() is the psycopg connection"
+    return TypeError(f"conn must be {expected}, not {name}{hint}")
+
+
 def validate_limit(limit: object, name: str = "limit") -> int:
     """A count of at least 1 (a claim's limit, a concurrency), named as the caller names it."""
     if isinstance(limit, bool) or not isinstance(limit, int):

@@ -15,6 +15,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolClosed
 
+from ..core.jobs import wrong_connection
 from ..core.ops import Copy, Operation, Rows, Step, drive, needs_transaction
 from ..core.pooling import check_pool_kwargs, pool_kwargs
 
@@ -41,7 +42,7 @@ def perform(conn: psycopg.Connection[Any], step: Step) -> Rows:
 def run_on(conn: psycopg.Connection[Any], op: Operation[T]) -> T:
     """Run `op` on `conn`; a multi-step plan runs in a transaction (or savepoint)."""
     if not isinstance(conn, psycopg.Connection):
-        raise TypeError(f"conn must be a psycopg.Connection here, not {type(conn).__name__}")
+        raise wrong_connection(conn, "a psycopg.Connection")
     idle = conn.info.transaction_status == TransactionStatus.IDLE
     if needs_transaction(op, autocommit=conn.autocommit, idle=idle):
         with conn.transaction():

@@ -52,6 +52,7 @@ from ..cli.processes import supervise
 from ..cli.worker import LOG_FORMAT, LOG_LEVELS, leave_stuck_calls_behind, stop_on_signals
 from ..core.jobs import JobSpec
 from ..core.ops import QueueCore
+from ..core.worker import check_worker_options
 from ..sync.driver import make_pool
 from ..sync.queue import Queue
 from ..sync.worker import Worker
@@ -137,6 +138,7 @@ class PgQueue:
             raise TypeError(
                 f"PGQUEUE_WORKER must be a dict of pgqueue.Worker options, not {worker_options!r}"
             )
+        check_worker_options(worker_options, "PGQUEUE_WORKER")
         QueueCore(table)  # refuses a table name that is not one, now rather than at first use
         app.extensions[EXTENSION_KEY] = _AppState(self, dsn, table, size, pooling)
         app.cli.add_command(commands)

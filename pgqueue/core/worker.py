@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import inspect
 import os
 import socket
@@ -37,6 +39,7 @@ __all__ = [
     "Outcome",
     "WorkerOptions",
     "WorkerSettings",
+    "check_worker_options",
     "describe_error",
     "describe_jobs",
     "unique_worker_name",
@@ -143,6 +146,25 @@ class WorkerOptions(TypedDict, total=False):
     listen_conninfo: str | None
     call_timeout: float | timedelta
     claim_bytes: int | None
+
+
+def check_worker_options(options: Mapping[str, object], where: str) -> None:
+    """Refuse, before any worker is made, options that `AsyncWorker` (and
+    `Worker`) would refuse: an unknown name (with the nearest known one) or
+    a bad value. ``where`` names the setting they came from."""
+    known = sorted(WorkerOptions.__optional_keys__)
+    for name in options:
+        if name not in known:
+            near = difflib.get_close_matches(name, known, n=1)
+            hint = f" (did you mean {near[0]!r}?)" if near else f"; known: {', '.join(known)}"
+            raise TypeError(f"{where}: unknown worker option {name!r}{hint}")
+    settings = {f.name for f in dataclasses.fields(WorkerSettings)}
+    given = {k: v for k, v in options.items() if k in settings}
+    defaults = WorkerSettings()
+    try:
+        WorkerSettings.build(**{**{n: getattr(defaults, n) for n in settings}, **given})
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"{where}: {exc}") from None
 
 
 @dataclass(frozen=True)

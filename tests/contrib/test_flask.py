@@ -181,6 +181,16 @@ def test_bad_settings_are_refused_at_init_app(dsn: str, pgq: PgQueue) -> None:
         ({"PGQUEUE_DSN": dsn, "PGQUEUE_TABLE": "jobs; DROP TABLE x"}, ValueError, "table"),
         ({"PGQUEUE_DSN": dsn, "PGQUEUE_MAX_CONNECTIONS": 0}, ValueError, "MAX_CONNECTIONS"),
         ({"PGQUEUE_DSN": dsn, "PGQUEUE_WORKER": 4}, TypeError, "PGQUEUE_WORKER"),
+        (
+            {"PGQUEUE_DSN": dsn, "PGQUEUE_WORKER": {"concurency": 8}},
+            TypeError,
+            "PGQUEUE_WORKER: unknown worker option 'concurency' \\(did you mean 'concurrency'",
+        ),
+        (
+            {"PGQUEUE_DSN": dsn, "PGQUEUE_WORKER": {"concurrency": 0}},
+            ValueError,
+            "PGQUEUE_WORKER: concurrency must be at least 1",
+        ),
         ({"PGQUEUE_DSN": dsn, "PGQUEUE_TRANSACTION_POOLING": "yes"}, TypeError, "POOLING"),
     ]
     for config, error, message in cases:

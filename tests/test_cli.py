@@ -380,6 +380,24 @@ def test_second_sigterm_interrupts_running_jobs_and_returns_them_to_pending(
     assert raw.count("status = 'pending'") == 4
 
 
+def test_a_handler_still_running_at_exit_is_named_and_left_behind(
+    app: App, queue: pgqueue.Queue, raw: Raw
+) -> None:
+    # A plain handler that does not return within the grace period: its job
+    # is interrupted (pending again), and the process exits without its
+    # thread, saying what it was doing.
+    queue.enqueue("block")
+    args = (*FLAVOURS["sync"], "--grace-period", "1")
+    with app.worker(*args, CLI_APP_CONCURRENCY="1", CLI_APP_BATCH_SIZE="1") as proc:
+        app.wait_until(lambda: sum(app.runs_of("start").values()) == 1, "the job starts", proc)
+        proc.send_signal(signal.SIGTERM)
+        assert app.exit_code(proc) == 0, app.output()
+    app.release()
+    assert "1 threads still busy at exit" in app.output()
+    assert "(a handler still running)" in app.output() and "cli_app.py" in app.output()
+    assert raw.count("status = 'pending' AND attempts = 1") == 1
+
+
 def test_sigkilled_workers_jobs_are_reclaimed_after_the_lease_and_run_by_another(
     app: App, queue: pgqueue.Queue, raw: Raw
 ) -> None:

@@ -133,12 +133,29 @@ def leave_stuck_calls_behind(status: int = 0, wait: float = 1.0) -> None:
         if thread.is_alive():
             stuck.append(thread)
     if stuck:
-        log.warning("%d database calls given up on are still waiting on the network; "
-                    "exiting without them", len(stuck))  # fmt: skip
+        log.warning("%d threads still busy at exit; exiting without them: %s", len(stuck),
+                    "; ".join(busy_with(t) for t in stuck))  # fmt: skip
         logging.shutdown()
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(status)
+
+
+def busy_with(thread: threading.Thread) -> str:
+    """What a thread left at exit is doing, from its stack: a database call
+    the worker gave up on, or code of the application's (a handler abandoned
+    after the grace period), named by where it is."""
+    frame = sys._current_frames().get(thread.ident or -1)
+    stack = traceback.extract_stack(frame) if frame is not None else []
+    if any(f"{os.sep}psycopg" in f.filename for f in stack):
+        return "a database call given up on, waiting on the network"
+    library = (os.path.dirname(os.__file__), os.path.dirname(os.path.dirname(__file__)))
+    own = [
+        f for f in stack if not f.filename.startswith(library) and "site-packages" not in f.filename
+    ]
+    if own:
+        return f"{own[-1].name} at {own[-1].filename}:{own[-1].lineno} (a handler still running)"
+    return f"thread {thread.name}"
 
 
 def serve_metrics(

@@ -23,6 +23,7 @@
     pgqueue worker myapp.jobs:worker --processes 4      # four processes, one supervisor
     pgqueue bench                                       # throughput, beside the seed design
     pgqueue dashboard                                   # the web dashboard, on 127.0.0.1:8787
+    pgqueue embedded start                              # a local server; prints its DSN
 
 Every operator subcommand (all but ``worker`` and ``bench``) takes ``--dsn``
 (default ``$PGQUEUE_DSN``), ``--table`` (default ``$PGQUEUE_TABLE``, else
@@ -84,6 +85,7 @@ from .argtypes import (
     queue_list,
 )
 from .dashboard import add_dashboard_command
+from .embedded import add_embedded_command
 from .errors import OperationFailed, UsageError, one_line
 from .operate import add_operator_commands
 from .worker import LOG_LEVELS, run_worker
@@ -285,6 +287,7 @@ def build_parser() -> argparse.ArgumentParser:
     pgqueue_bench.add_arguments(bench)
     bench.set_defaults(run=run_bench, subparser=bench)
     add_dashboard_command(commands)
+    add_embedded_command(commands)
     return parser
 
 

@@ -117,7 +117,8 @@ def report(results: dict[str, Result], args: argparse.Namespace, where: str) -> 
         f"pgqueue bench: {args.jobs:,} trivial jobs, median of {args.repeat} run(s), on {where}",
         f"pgqueue workers: concurrency={args.concurrency}, batch_size={args.batch_size}"
         f"{', history on' if args.history else ''}",
-        f"seed design: {SEED_WORKERS} workers, batches of {SEED_BATCH}, one delete per job",
+        f"seed design: {SEED_WORKERS} workers, batches of {SEED_BATCH}, one delete per job "
+        "(the design article pgqueue started from: docs/performance.md#pgqueue-bench)",
         f"ceiling: {CEILING_CONNECTIONS} connections, the worker's claim of {args.batch_size}, "
         "one delete per batch, no handler (the database's limit, not a product)",
         "",

@@ -91,6 +91,10 @@ INSERT_COLUMNS: Final = (
 _LEAVING: Final = ("attempts", "kind", "queue", "limit_key", "result_ttl", "last_error")
 
 RELOAD_CONF: Final = b"SELECT pg_reload_conf()"
+# What ``pgqueue bench`` reads around a run: the WAL written (bytes) and the
+# transactions committed on the database.
+WAL_WRITTEN: Final = b"SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint"
+COMMITS: Final = b"SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
 
 
 def alter_system(name: str, value: str) -> bytes:

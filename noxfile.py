@@ -14,10 +14,25 @@ import nox
 
 nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.reuse_existing_virtualenvs = True
-nox.options.error_on_missing_interpreters = False
 
 BACKENDS = ("sync", "asyncio", "trio")
 PYTHON = None  # the interpreter nox runs on
+
+# In CI (``.ci/run`` sets ``CI``), every service a session needs was
+# installed, and a missing one fails the run; elsewhere, the session is
+# skipped with a note naming the package to install.
+IN_CI = bool(os.environ.get("CI"))
+nox.options.error_on_missing_interpreters = IN_CI
+
+
+def _needs(session: nox.Session, path: str, package: str, variable: str) -> None:
+    """Skip (fail, in CI) the session when ``path`` is not on this machine."""
+    if os.path.exists(path):
+        return
+    note = f"{path} not found: install Debian's {package} package, or set {variable}"
+    if IN_CI:
+        session.error(note)
+    session.skip(note)
 
 
 def _tests(session: nox.Session, *paths: str, backend: str | None = None, **env: str) -> None:
@@ -92,6 +107,8 @@ def browser(session: nox.Session) -> None:
     installs it when missing) or ``PGQUEUE_TEST_CHROMIUM``; Playwright
     downloads no browser of its own.
     """
+    chromium = os.environ.get("PGQUEUE_TEST_CHROMIUM", "/usr/bin/chromium")
+    _needs(session, chromium, "chromium", "PGQUEUE_TEST_CHROMIUM")
     session.install("-e", ".[browser]")
     session.run("pytest", *(session.posargs or ["tests/browser"]))
 
@@ -126,6 +143,8 @@ def tests_pgbouncer(session: nox.Session) -> None:
     Debian's ``pgbouncer`` package (``.ci/run`` installs it), or
     ``PGQUEUE_TEST_PGBOUNCER_BIN``.
     """
+    pgbouncer = os.environ.get("PGQUEUE_TEST_PGBOUNCER_BIN", "/usr/sbin/pgbouncer")
+    _needs(session, pgbouncer, "pgbouncer", "PGQUEUE_TEST_PGBOUNCER_BIN")
     _tests(session, "tests/pgbouncer")
     modules = [f"tests/behaviour/{name}.py" for name in PGBOUNCER_BEHAVIOUR]
     _tests(session, *modules, backend="asyncio", PGQUEUE_TEST_PGBOUNCER="1")
@@ -151,6 +170,7 @@ def tests_pg15(session: nox.Session) -> None:
     installs the package and runs it after the default sessions.
     """
     bin_dir = os.environ.get("PGQUEUE_TEST_PG_BIN", "/usr/lib/postgresql/15/bin")
+    _needs(session, os.path.join(bin_dir, "initdb"), "postgresql-15", "PGQUEUE_TEST_PG_BIN")
     _tests(session, "tests/behaviour", backend="asyncio", PGQUEUE_TEST_PG_BIN=bin_dir)
 
 

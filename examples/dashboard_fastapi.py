@@ -1,6 +1,6 @@
 """pgqueue's web dashboard mounted in a FastAPI app, under /pgqueue.
 
-    pip install 'pgqueue[web]' fastapi uvicorn
+    pip install 'pgqueue-jobs[web]' fastapi uvicorn
     export PGQUEUE_DSN=postgresql://localhost/shop DASHBOARD_TOKEN=change-me
     uvicorn examples.dashboard_fastapi:app
 

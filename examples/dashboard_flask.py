@@ -1,6 +1,6 @@
 """pgqueue's web dashboard mounted in a Flask app, under /pgqueue (WSGI).
 
-    pip install 'pgqueue[web]' flask
+    pip install 'pgqueue-jobs[web]' flask
     export PGQUEUE_DSN=postgresql://localhost/shop DASHBOARD_USER=ops DASHBOARD_PASSWORD=change-me
     flask --app examples/dashboard_flask.py run
 

@@ -1,6 +1,6 @@
 """pgqueue in a FastAPI app: an order and its receipt job commit in one SQLAlchemy transaction.
 
-    pip install 'pgqueue[fastapi,sqlalchemy]' uvicorn
+    pip install 'pgqueue-jobs[fastapi,sqlalchemy]' uvicorn
     export PGQUEUE_DSN=postgresql://localhost/shop
     uvicorn examples.fastapi_app:app        # the app, with its worker in its lifespan
     python examples/fastapi_app.py          # the same

@@ -1,6 +1,6 @@
 """pgqueue in a Flask app: an order and its receipt job commit in one transaction.
 
-    pip install 'pgqueue[flask]'
+    pip install 'pgqueue-jobs[flask]'
     export PGQUEUE_DSN=postgresql://localhost/shop
     python examples/flask_app.py --init-db                        # the tables (idempotent)
     flask --app examples/flask_app.py run                         # the web app

@@ -61,6 +61,15 @@ class Result:
     def rate(self) -> float:
         return self.jobs / self.drain_s
 
+    @property
+    def wal_per_job(self) -> float:
+        """WAL bytes written per job, to enqueue and drain it."""
+        return statistics.median(r.wal_bytes for r in self.runs) / self.jobs
+
+    @property
+    def commits_per_job(self) -> float:
+        return statistics.median(r.commits for r in self.runs) / self.jobs
+
 
 def _installed(module: str) -> bool:
     try:
@@ -117,18 +126,25 @@ def report(results: dict[str, Result], args: argparse.Namespace, where: str) -> 
         f"pgqueue bench: {args.jobs:,} trivial jobs, median of {args.repeat} run(s), on {where}",
         f"pgqueue workers: concurrency={args.concurrency}, batch_size={args.batch_size}"
         f"{', history on' if args.history else ''}",
-        f"seed design: {SEED_WORKERS} workers, batches of {SEED_BATCH}, one delete per job",
+        f"seed design: {SEED_WORKERS} workers, batches of {SEED_BATCH}, one delete per job "
+        "(the design article pgqueue started from: docs/performance.md#pgqueue-bench)",
         f"ceiling: {CEILING_CONNECTIONS} connections, the worker's claim of {args.batch_size}, "
         "one delete per batch, no handler (the database's limit, not a product)",
         "",
         f"{'backend':<10}{'enqueue s':>11}{'drain s':>10}{'jobs/s':>10}{'vs seed':>9}"
-        f"{'vs ceiling':>12}",
+        f"{'vs ceiling':>12}{'WAL B/job':>11}{'commits/job':>13}",
     ]
     for name, r in results.items():
         lines.append(
             f"{name:<10}{r.enqueue_s:>11.3f}{r.drain_s:>10.3f}{r.rate:>10,.0f}"
             f"{r.rate / seed.rate:>8.1f}x{r.rate / ceiling.rate:>11.2f}x"
+            f"{r.wal_per_job:>11,.0f}{r.commits_per_job:>13.3f}"
         )
+    lines += [
+        "",
+        "WAL B/job: WAL written to enqueue and drain one job (pg_current_wal_insert_lsn); "
+        "commits/job: transactions committed on the database meanwhile (pg_stat_database)",
+    ]
     # Every contender but the seed enqueues with enqueue_many.
     pg_enqueue = min(r.enqueue_s for n, r in results.items() if n != "seed")
     lines += [
@@ -212,6 +228,8 @@ def run(args: argparse.Namespace) -> int:
                             "jobs_per_s": r.rate,
                             "ratio_to_seed": r.rate / seed.rate,
                             "ratio_to_ceiling": r.rate / ceiling.rate,
+                            "wal_bytes_per_job": r.wal_per_job,
+                            "commits_per_job": r.commits_per_job,
                             "runs": [asdict(run) for run in r.runs],
                         }
                         for name, r in results.items()

@@ -25,7 +25,7 @@ from .aio.queue import AsyncQueue
 from .aio.worker import AsyncWorker
 from .core.jobs import Job
 from .core.ops import QueueCore
-from .core.sql import SeedStatements
+from .core.sql import COMMITS, WAL_WRITTEN, SeedStatements
 from .sync.driver import run_on
 from .sync.queue import Queue
 from .sync.worker import Worker
@@ -37,10 +37,46 @@ CEILING_CONNECTIONS = 4
 
 @dataclass
 class Run:
-    """One enqueue-and-drain of ``jobs`` jobs."""
+    """One enqueue-and-drain of ``jobs`` jobs, and what it cost the server."""
 
     enqueue_s: float
     drain_s: float
+    wal_bytes: int = 0  # WAL written by the enqueue and the drain
+    commits: int = 0  # transactions committed meanwhile (the meter's own few included)
+
+
+class Meter:
+    """The WAL a run writes and the transactions it commits, from `start`
+    (after the table is installed) to `stop` (once the run's connections are
+    closed: a backend reports its commits to the statistics when it ends)."""
+
+    SETTLE = 0.2  # seconds between two reads of the commit count
+    PATIENCE = 5.0  # the longest the count is waited for to settle
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self._wal = self._commits = 0
+
+    def _read(self, query: bytes) -> int:
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            conn.execute(b"SELECT pg_stat_clear_snapshot()")
+            ((value,),) = conn.execute(query).fetchall()
+            return int(value)
+
+    def start(self) -> None:
+        self._wal, self._commits = self._read(WAL_WRITTEN), self._read(COMMITS)
+
+    def stop(self, enqueue_s: float, drain_s: float) -> Run:
+        wal = self._read(WAL_WRITTEN) - self._wal
+        deadline = time.monotonic() + self.PATIENCE
+        commits = self._read(COMMITS)
+        while time.monotonic() < deadline:
+            time.sleep(self.SETTLE)
+            again = self._read(COMMITS)
+            if again == commits:
+                break
+            commits = again
+        return Run(enqueue_s, drain_s, wal, commits - self._commits)
 
 
 class Progress:
@@ -97,8 +133,10 @@ def _specs(n: int) -> list[tuple[str, Any]]:
 def run_sync(dsn: str, n: int, concurrency: int, batch_size: int, *, history: bool) -> Run:
     table = _table()
     try:
+        meter = Meter(dsn)
         with Queue(dsn, table=table, history=history) as q:
             q.install()
+            meter.start()
             start = time.perf_counter()
             q.enqueue_many(_specs(n))
             enqueued = time.perf_counter() - start
@@ -108,7 +146,7 @@ def run_sync(dsn: str, n: int, concurrency: int, batch_size: int, *, history: bo
                 start = time.perf_counter()
                 worker.run(until_empty=True)
                 drained = time.perf_counter() - start
-        return Run(enqueued, drained)
+        return meter.stop(enqueued, drained)
     finally:
         _drop(dsn, table)
 
@@ -118,9 +156,12 @@ def run_async(
 ) -> Run:
     table = _table()
 
-    async def main() -> Run:
+    meter = Meter(dsn)
+
+    async def main() -> tuple[float, float]:
         async with AsyncQueue(dsn, table=table, history=history) as q:
             await q.install()
+            await anyio.to_thread.run_sync(meter.start)
             start = time.perf_counter()
             await q.enqueue_many(_specs(n))
             enqueued = time.perf_counter() - start
@@ -133,10 +174,10 @@ def run_async(
                                      batch_size=batch_size, handle_signals=False)  # fmt: skip
                 start = time.perf_counter()
                 await worker.run(until_empty=True)
-                return Run(enqueued, time.perf_counter() - start)
+                return enqueued, time.perf_counter() - start
 
     try:
-        return anyio.run(main, backend=backend)
+        return meter.stop(*anyio.run(main, backend=backend))
     finally:
         _drop(dsn, table)
 
@@ -149,10 +190,13 @@ def run_seed(dsn: str, n: int) -> Run:
     table = _table()
     seed = SeedStatements(table)
 
-    async def main() -> Run:
+    meter = Meter(dsn)
+
+    async def main() -> tuple[float, float]:
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
             for statement in seed.create:
                 await conn.execute(statement)
+            await anyio.to_thread.run_sync(meter.start)
             start = time.perf_counter()
             async with conn.cursor() as cur, conn.transaction():
                 await cur.executemany(
@@ -177,10 +221,10 @@ def run_seed(dsn: str, n: int) -> Run:
             async with anyio.create_task_group() as tg:
                 for i in range(SEED_WORKERS):
                     tg.start_soon(worker, f"seed-{i}")
-            return Run(enqueued, time.perf_counter() - start)
+            return enqueued, time.perf_counter() - start
 
     try:
-        return anyio.run(main, backend="asyncio")
+        return meter.stop(*anyio.run(main, backend="asyncio"))
     finally:
         _drop(dsn, table)
 
@@ -211,9 +255,11 @@ def run_ceiling(dsn: str, n: int, batch_size: int) -> Run:
             conn.execute(delete, ([row[0] for row in rows],))
             progress.advance(len(rows))
 
+    meter = Meter(dsn)
     try:
         with Queue(dsn, table=table) as q:
             q.install()
+            meter.start()
             start = time.perf_counter()
             q.enqueue_many(_specs(n))
             enqueued = time.perf_counter() - start
@@ -231,6 +277,7 @@ def run_ceiling(dsn: str, n: int, batch_size: int) -> Run:
             ]
             for done in drains:
                 done.result()  # a failed loop fails the run
-            return Run(enqueued, time.perf_counter() - start)
+            drained = time.perf_counter() - start
+        return meter.stop(enqueued, drained)
     finally:
         _drop(dsn, table)

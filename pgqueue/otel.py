@@ -40,7 +40,7 @@ try:
     from opentelemetry.util.types import AttributeValue
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess
     raise ImportError(
-        "pgqueue.otel needs the opentelemetry-api package: pip install 'pgqueue[otel]'"
+        "pgqueue.otel needs the opentelemetry-api package: pip install 'pgqueue-jobs[otel]'"
     ) from exc
 
 from . import __version__

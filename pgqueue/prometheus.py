@@ -16,7 +16,7 @@ every event and observes handler run times. `QueueStatsCollector` reads
 `Queue.stats` whenever Prometheus scrapes, so its gauges are exact at that
 moment whichever process did the work.
 
-Install with ``pip install 'pgqueue[prometheus]'``. Importing `pgqueue`
+Install with ``pip install 'pgqueue-jobs[prometheus]'``. Importing `pgqueue`
 never imports ``prometheus_client``; only this module does.
 """
 
@@ -33,7 +33,8 @@ try:
     from prometheus_client.registry import Collector
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess
     raise ImportError(
-        "pgqueue.prometheus needs the prometheus_client package: pip install 'pgqueue[prometheus]'"
+        "pgqueue.prometheus needs the prometheus_client package: "
+        "pip install 'pgqueue-jobs[prometheus]'"
     ) from exc
 
 import psycopg

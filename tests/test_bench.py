@@ -43,13 +43,16 @@ def test_bench_prints_a_table_with_both_ratios_for_one_backend_and_the_ceiling(d
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("backend"))
-    assert lines[header].split()[-4:] == ["vs", "seed", "vs", "ceiling"]
+    assert lines[header].split()[-7:] == ["vs", "seed", "vs", "ceiling", "WAL", "B/job",
+                                          "commits/job"]  # fmt: skip
     table = lines[header + 1 : lines.index("", header)]
     rows = {cells[0]: cells for cells in map(str.split, table)}
     assert list(rows) == ["seed", "asyncio", "ceiling"]
     for cells in rows.values():
-        assert cells[-2].endswith("x") and cells[-1].endswith("x")
-    assert rows["seed"][-2] == "1.0x" and rows["ceiling"][-1] == "1.00x"
+        assert cells[-4].endswith("x") and cells[-3].endswith("x")
+        # Every job wrote WAL (its row, then its deletion), and some commit carried it.
+        assert int(cells[-2].replace(",", "")) > 0 and float(cells[-1]) > 0
+    assert rows["seed"][-4] == "1.0x" and rows["ceiling"][-3] == "1.00x"
     assert "executemany" in done.stdout
 
 

@@ -178,6 +178,10 @@ def test_version_and_help_exit_zero(app: App) -> None:
         (["worker", "tests.cli_app:queue"], "is a pgqueue.Queue, not a worker"),
         (["worker", "tests.cli_app:async_queue"], "is a pgqueue.AsyncQueue, not a worker"),
         (["worker", "tests.cli_app:HANDLERS"], "is a dict, not a pgqueue.Worker"),
+        (
+            ["worker", "tests.cli_app_broken:worker"],
+            "importing 'tests.cli_app_broken' failed: KeyError: 'workers' (at ",
+        ),
         (["worker", "pgqueue:Worker"], "is the class Worker"),
         (["worker", "tests.cli_app:worker", "--trio"], "--trio runs an AsyncWorker"),
         (["worker", "tests.cli_app:worker", "--concurrency", "0"], "must be at least 1"),
@@ -281,6 +285,27 @@ def test_metrics_port_serves_the_workers_events_and_the_queues_stats(
     assert f"serving Prometheus metrics on port {port}" in app.output()
 
 
+def test_metrics_host_binds_the_metrics_to_one_address(app: App) -> None:
+    # Every 127.x address is this machine's loopback: the metrics answer on
+    # the one given, and nowhere else.
+    port = free_port()
+
+    def answers(host: str) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=PATIENCE):
+                return True
+        except OSError:
+            return False
+
+    args = ("tests.cli_app:worker", "--metrics-port", str(port), "--metrics-host", "127.0.0.2")
+    with app.worker(*args) as proc:
+        app.wait_until(lambda: answers("127.0.0.2"), "the metrics on 127.0.0.2", proc)
+        assert not answers("127.0.0.1")
+        proc.send_signal(signal.SIGTERM)
+        assert app.exit_code(proc) == 0, app.output()
+    assert f"serving Prometheus metrics on port {port} of 127.0.0.2" in app.output()
+
+
 def test_metrics_port_refuses_a_module_that_registers_the_metrics_itself(app: App) -> None:
     port = str(free_port())
     done = run_command(app, "worker", "tests.cli_app_metered:worker", "--metrics-port", port)
@@ -355,6 +380,24 @@ def test_second_sigterm_interrupts_running_jobs_and_returns_them_to_pending(
     assert raw.count("status = 'pending'") == 4
 
 
+def test_a_handler_still_running_at_exit_is_named_and_left_behind(
+    app: App, queue: pgqueue.Queue, raw: Raw
+) -> None:
+    # A plain handler that does not return within the grace period: its job
+    # is interrupted (pending again), and the process exits without its
+    # thread, saying what it was doing.
+    queue.enqueue("block")
+    args = (*FLAVOURS["sync"], "--grace-period", "1")
+    with app.worker(*args, CLI_APP_CONCURRENCY="1", CLI_APP_BATCH_SIZE="1") as proc:
+        app.wait_until(lambda: sum(app.runs_of("start").values()) == 1, "the job starts", proc)
+        proc.send_signal(signal.SIGTERM)
+        assert app.exit_code(proc) == 0, app.output()
+    app.release()
+    assert "1 threads still busy at exit" in app.output()
+    assert "(a handler still running)" in app.output() and "cli_app.py" in app.output()
+    assert raw.count("status = 'pending' AND attempts = 1") == 1
+
+
 def test_sigkilled_workers_jobs_are_reclaimed_after_the_lease_and_run_by_another(
     app: App, queue: pgqueue.Queue, raw: Raw
 ) -> None:
@@ -397,3 +440,32 @@ def test_sigkilled_workers_jobs_are_reclaimed_after_the_lease_and_run_by_another
     assert {job_id for job_id, attempts in second_tries if attempts == 2} == held
     assert "reaped" in app.output()
     assert raw.count() == 0
+
+
+def test_every_worker_setting_is_a_flag_that_overrides_the_targets(
+    dsn: str, table: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from datetime import timedelta
+
+    from pgqueue.cli.worker import WORKER_SETTINGS, load_worker, worker_settings
+
+    monkeypatch.setenv("PGQUEUE_DSN", dsn)
+    monkeypatch.setenv("PGQUEUE_TABLE", table)
+    args = cli.build_parser().parse_args(
+        ["worker", "tests.cli_app:worker", "--concurrency", "3", "--batch-size", "7",
+         "--kinds", "noop", "--queues", "mail", "--poll-interval", "2s", "--job-timeout", "1m",
+         "--visibility-timeout", "10m", "--grace-period", "45s", "--call-timeout", "20s",
+         "--claim-bytes", "1000000", "--name", "box-1", "--listen-conninfo", dsn]
+    )  # fmt: skip
+    given = worker_settings(args)
+    assert set(given) == set(WORKER_SETTINGS) and None not in given.values()
+    worker = load_worker(args.target, dsn=None, **given)
+    s = worker.settings
+    assert (s.concurrency, s.batch_size, s.kinds, s.queues) == (3, 7, ["noop"], ["mail"])
+    assert (s.poll_interval, s.job_timeout, s.grace_period, s.call_timeout) == (2, 60, 45, 20)
+    assert s.visibility_timeout == timedelta(minutes=10)
+    assert (s.claim_bytes, s.name, s.listen_conninfo) == (1_000_000, "box-1", dsn)
+    # Without flags, the target is served as it is.
+    plain = cli.build_parser().parse_args(["worker", "tests.cli_app:worker"])
+    target = load_worker(plain.target, dsn=None, **worker_settings(plain))
+    assert target.settings.batch_size == 20 and target.settings.name != "box-1"

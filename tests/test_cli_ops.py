@@ -145,6 +145,23 @@ def test_migrate_refuses_a_schema_newer_than_the_library(
     assert ran.out == ""
 
 
+# -- grant ---------------------------------------------------------------------
+
+
+def test_grant_prints_what_it_granted_and_refuses_bad_input(run: Cli, raw: Raw, table: str) -> None:
+    assert_usage_error(run("grant", ""), "invalid role name")
+    assert_one_line_failure(run("grant", "postgres"), "not installed")
+    assert run("migrate").code == 0
+    ran = run("grant", "postgres", "--read-only", "--json")
+    assert ran.code == 0, ran
+    document = ran.json()
+    assert (document["role"], document["read_only"]) == ("postgres", True)
+    assert document["statements"][0] == 'GRANT USAGE ON SCHEMA "public" TO "postgres"'
+    assert all("INSERT" not in s for s in document["statements"])
+    missing = run("grant", "no_such_role_here")
+    assert_one_line_failure(missing, "no_such_role_here")
+
+
 # -- enqueue -------------------------------------------------------------------
 
 
@@ -497,7 +514,14 @@ BAD_ARGUMENTS: list[tuple[list[str], str]] = [
     (["dead", "retry", "1", "--kind", "a"], "--kind goes with --all"),
     (["enqueue"], "the following arguments are required: KIND"),
     (["enqueue", "k", "{oops"], "PAYLOAD_JSON is not valid JSON"),
-    (["enqueue", "k", "NaN"], "not JSON-serialisable"),
+    (["enqueue", "k", "NaN"], "PAYLOAD_JSON is not valid JSON: NaN is not a JSON number"),
+    (["enqueue", "k", "[1e999]"], "PAYLOAD_JSON is not valid JSON: 1e999 is out of range"),
+    (["enqueue", "k", "[" * 5000 + "]" * 5000], "PAYLOAD_JSON nests deeper than 500 levels"),
+    (["enqueue", "k", "--queue", "a\nb"], "queue name must not contain control characters"),
+    (["queues", "pause", "a\rforged"], "queue name must not contain control characters"),
+    (["stats", "--table", "pg_temp.jobs"], "in a temporary or system schema"),
+    (["dashboard", "--token", "s3cret"], "the token must be at least 16 characters long"),
+    (["dashboard", "--basic-auth", "ops:s3cret"], "password must be at least 16 characters"),
     (["enqueue", ""], "job kind must not be empty"),
     (["enqueue", "k", "--max-attempts", "0"], "must be at least 1"),
     (["enqueue", "k", "--delay", "soon"], "not a duration: 'soon'"),
@@ -652,3 +676,25 @@ def test_console_script_runs_the_operator_commands(dsn: str, table: str) -> None
     down = script({**env, "PGQUEUE_DSN": UNREACHABLE_DSN}, "stats")
     assert (down.returncode, down.stdout) == (1, "")
     assert down.stderr.count("\n") == 1 and "cannot connect to the database" in down.stderr
+
+
+def test_a_reader_that_stops_reading_ends_the_command_quietly(
+    dsn: str, table: str, queue: pgqueue.Queue
+) -> None:
+    # `pgqueue jobs list --json | head -1`: more output than a pipe holds,
+    # and a reader that goes away after its first line.
+    queue.enqueue_many([("k", {"text": "x" * 500, "n": i}) for i in range(500)])
+    env = {"PATH": "/usr/bin:/bin", "PGQUEUE_DSN": dsn, "PGQUEUE_TABLE": table}
+    proc = subprocess.Popen(
+        [console_script(), "jobs", "list", "--json", "--limit", "500"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline() == "[\n"
+    proc.stdout.close()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=PATIENCE) == 0, err
+    assert err == ""

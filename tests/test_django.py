@@ -8,6 +8,7 @@ from empty tables.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import uuid
 from collections.abc import Iterator
@@ -193,6 +194,25 @@ def test_worker_command_serves_only_the_queues_given(db: psycopg.Connection[Any]
 
     assert ran(db) == [("record", "mail")]
     assert [j[2] for j in jobs(db)] == ["default"]
+
+
+def test_worker_command_runs_worker_processes_replaced_after_their_jobs(
+    db: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    from tests.django_project.shop.tasks import record
+
+    for i in range(6):
+        record.enqueue(str(i))
+
+    with caplog.at_level(logging.INFO, logger="pgqueue.cli"):
+        out = drain("--processes", "2", "--max-jobs-per-child", "2")
+
+    # Each in a process set up from the settings module, each run once.
+    assert sorted(ran(db)) == [("record", str(i)) for i in range(6)]
+    assert jobs(db) == []
+    assert "worker processes stopped" in out
+    # Two that stop with a job or none left; the other four jobs ran in retired ones.
+    assert "retired after" in caplog.text
 
 
 def test_pgqueue_migrate_is_idempotent(project: str) -> None:

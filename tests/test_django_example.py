@@ -81,7 +81,7 @@ def test_django_asgi_app_serves_the_dashboard_under_its_prefix_and_the_shop_besi
     manage(shop_dsn, "migrate", "--verbosity", "0")
     manage(shop_dsn, "pgqueue_migrate")
     env = {**os.environ, "PGQUEUE_DSN": shop_dsn, "PGQUEUE_TABLE": "shop_jobs",
-           "DASHBOARD_TOKEN": "t0ken"}  # fmt: skip
+           "DASHBOARD_TOKEN": "t0ken-of-20-chars!!"}  # fmt: skip
     env.pop("DJANGO_SETTINGS_MODULE", None)
     server = Server(
         [sys.executable, "-m", "uvicorn", "--app-dir", str(APP), "shop_site.asgi:application",
@@ -90,7 +90,7 @@ def test_django_asgi_app_serves_the_dashboard_under_its_prefix_and_the_shop_besi
     )  # fmt: skip
     try:
         base = server.wait_for("Uvicorn running on ").split("Uvicorn running on ")[1].split()[0]
-        admin = {"authorization": "Bearer t0ken"}
+        admin = {"authorization": "Bearer t0ken-of-20-chars!!"}
         with httpx.Client(base_url=base, timeout=60) as client:
             # Django's own view, beside the dashboard: the order and its task commit.
             body = {"item": "teapot", "email": "ann@example.com", "card": "ok"}

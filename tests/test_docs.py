@@ -56,7 +56,7 @@ def test_tutorial_runs_every_block_but_the_install_command() -> None:
         for language, body in fenced_blocks(TUTORIAL.read_text())
         if language not in ("python", "text")
     ]
-    assert others == [("sh", "pip install 'pgqueue[embedded]'\n")]
+    assert others == [("sh", "pip install 'pgqueue-jobs[embedded]'\n")]
     script, output = tutorial_script_and_output()
     assert "queue.enqueue(" in script and "conn=conn" in script
     assert "worker.run(until_empty=True)" in script

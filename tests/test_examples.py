@@ -86,6 +86,10 @@ FLASK_WORKERS = {
         *("-m", "flask", "--app", "examples/flask_app.py"),
         *("pgqueue", "worker", "--until-empty"),
     ],
+    "flask pgqueue worker --processes 2": [
+        *("-m", "flask", "--app", "examples/flask_app.py"),
+        *("pgqueue", "worker", "--until-empty", "--processes", "2"),
+    ],
     "pgqueue worker": ["-m", "pgqueue", "worker", "examples.flask_worker:worker", "--until-empty"],
     "python flask_worker.py": [str(EXAMPLES / "flask_worker.py"), "--until-empty"],
 }

@@ -65,7 +65,7 @@ def test_pgqueue_otel_without_opentelemetry_says_which_extra_to_install() -> Non
         """
     )
     assert done.returncode == 0, done.stderr
-    assert "pip install 'pgqueue[otel]'" in done.stdout
+    assert "pip install 'pgqueue-jobs[otel]'" in done.stdout
 
 
 def test_no_tracer_is_set_until_instrument_and_none_after_uninstrument() -> None:

@@ -223,4 +223,4 @@ def test_pgqueue_prometheus_without_prometheus_client_says_how_to_install_it() -
     assert done.returncode == 1
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("ImportError: pgqueue.prometheus needs the prometheus_client package")
-    assert "pip install 'pgqueue[prometheus]'" in last
+    assert "pip install 'pgqueue-jobs[prometheus]'" in last

@@ -16,15 +16,16 @@ import asyncio
 import functools
 import inspect
 import threading
-from contextlib import AsyncExitStack
+from contextlib import AsyncExitStack, suppress
 from typing import Any, Protocol, TypeVar
 
 import anyio
 import anyio.to_thread
 import psycopg
 from psycopg.pq import TransactionStatus
-from psycopg_pool import AsyncConnectionPool, ConnectionPool
+from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolClosed
 
+from ..core.jobs import wrong_connection
 from ..core.ops import Copy, Operation, Rows, Step, needs_transaction
 from ..core.pooling import check_pool_kwargs, pool_kwargs
 from ..sync import driver as sync_driver
@@ -62,10 +63,7 @@ async def run_on(conn: CallerConnection, op: Operation[T]) -> T:
     if isinstance(conn, psycopg.Connection):
         return await anyio.to_thread.run_sync(sync_driver.run_on, conn, op)
     if not isinstance(conn, psycopg.AsyncConnection):
-        raise TypeError(
-            "conn must be a psycopg.AsyncConnection (asyncio) or a psycopg.Connection, "
-            f"not {type(conn).__name__}"
-        )
+        raise wrong_connection(conn, "a psycopg.AsyncConnection (asyncio) or a psycopg.Connection")
     if not on_asyncio():
         raise TypeError(
             "a psycopg.AsyncConnection only works on asyncio; pass a psycopg.Connection"
@@ -213,6 +211,8 @@ class Driver:
                 kwargs=kwargs,
                 open=False,
                 name="pgqueue",
+                reconnect_timeout=sync_driver.RECONNECT_TIMEOUT,
+                reconnect_failed=reconnect_now,
             )
             return NativeDriver(pool, owned=True)
         sync = sync_driver.make_driver(
@@ -242,6 +242,13 @@ class Driver:
             impl, self._chosen, self._impl = self._chosen, None, None
         if impl is not None:
             await impl.close()
+
+
+async def reconnect_now(pool: AsyncConnectionPool) -> None:
+    """`pgqueue.sync.driver.reconnect_now`, for psycopg's async pool."""
+    if not pool.closed:
+        with suppress(PoolClosed):
+            await pool.check()
 
 
 def make_driver(target: PoolTarget, *, max_size: int, transaction_pooling: bool = False) -> Driver:

@@ -1,6 +1,7 @@
 """The ``pgqueue`` command: run workers, and operate a queue from a shell.
 
     pgqueue migrate                                     # create or upgrade the schema
+    pgqueue grant app_role                              # the runtime's grants (--read-only)
     pgqueue enqueue send_receipt '{"order_id": 42}' --delay 15m
     pgqueue stats                                       # counts, oldest wait, expired leases
     pgqueue jobs list --status running --kind send_receipt
@@ -19,8 +20,10 @@
     pgqueue reap --visibility-timeout 10m
     pgqueue worker myapp.jobs:worker                    # until SIGINT or SIGTERM
     pgqueue worker myapp.jobs:async_worker --trio       # an AsyncWorker on trio
+    pgqueue worker myapp.jobs:worker --processes 4      # four processes, one supervisor
     pgqueue bench                                       # throughput, beside the seed design
     pgqueue dashboard                                   # the web dashboard, on 127.0.0.1:8787
+    pgqueue embedded start                              # a local server; prints its DSN
 
 Every operator subcommand (all but ``worker`` and ``bench``) takes ``--dsn``
 (default ``$PGQUEUE_DSN``), ``--table`` (default ``$PGQUEUE_TABLE``, else
@@ -31,14 +34,16 @@ aligned text), after the subcommand. A DURATION is ``90`` (seconds), ``90s``,
 ``worker TARGET`` names a `pgqueue.Worker` or `pgqueue.AsyncWorker` as
 ``module:attribute`` (the attribute may be dotted); the current directory is
 put on ``sys.path`` first, so a module of the project the command runs in can
-be named. Its ``--dsn`` (default ``$PGQUEUE_DSN``), ``--concurrency``,
-``--kinds`` and ``--queues`` override the worker's own settings: the command then runs a copy
+be named. Its ``--dsn`` (default ``$PGQUEUE_DSN``) and a flag for each of the
+worker's settings (``--concurrency``, ``--batch-size``, ``--kinds``, ``--queues``,
+``--poll-interval``...) override the worker's own: the command then runs a copy
 of the worker, with the same handlers and other settings, on a queue of the
 same table.
 
 Exit status:
 
-* 0: done (also when there was nothing to do: no job to reap, retry or purge);
+* 0: done (also when there was nothing to do: no job to reap, retry or purge,
+  and when the reader of the output stopped reading, as ``| head`` does);
   for ``worker``, the worker stopped (a first SIGINT or SIGTERM stops it
   gracefully; see `pgqueue.AsyncWorker`).
 * 1: an operational failure, reported in one line on stderr: the database
@@ -70,8 +75,17 @@ from psycopg_pool import PoolTimeout
 from .. import __version__
 from .. import bench as pgqueue_bench
 from ..core.migrations import SchemaError
-from .argtypes import kind_list, parse_duration, port, positive_int, queue_list
+from .argtypes import (
+    kind_list,
+    kind_name,
+    parse_duration,
+    port,
+    positive_duration,
+    positive_int,
+    queue_list,
+)
 from .dashboard import add_dashboard_command
+from .embedded import add_embedded_command
 from .errors import OperationFailed, UsageError, one_line
 from .operate import add_operator_commands
 from .worker import LOG_LEVELS, run_worker
@@ -106,7 +120,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     command: Callable[[argparse.Namespace], int] = args.run
     try:
-        return command(args)
+        status = command(args)
+        sys.stdout.flush()  # here, so that a reader gone away is caught below
+        return status
+    except BrokenPipeError:
+        # The reader of stdout stopped reading (`pgqueue jobs list | head -1`):
+        # what the command did is done; say nothing more, and let no flush
+        # at exit raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except UsageError as exc:
         args.subparser.error(str(exc))  # prints the usage and exits with 2
         raise AssertionError("unreachable") from exc  # pragma: no cover
@@ -174,7 +196,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="connect to this server instead of the one the worker's queue names "
         "(default: $PGQUEUE_DSN if set); the table stays the worker's",
     )
-    worker.add_argument("--concurrency", type=positive_int, metavar="N", help="jobs run at a time")
+    worker.add_argument(
+        "--concurrency", type=positive_int, metavar="N", help="handlers run at a time"
+    )
+    worker.add_argument(
+        "--batch-size", type=positive_int, metavar="N", help="jobs claimed at a time at most"
+    )
     worker.add_argument(
         "--kinds",
         type=kind_list,
@@ -187,6 +214,26 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="QUEUE[,QUEUE...]",
         help="serve only these queues (comma-separated; default: the worker's own, else all)",
     )
+    for flag, help in (
+        ("--poll-interval", "the longest an idle worker waits before it looks for jobs"),
+        ("--job-timeout", "a job still running after this long fails"),
+        ("--visibility-timeout", "a job's lease: a dead worker's jobs come back after it"),
+        ("--grace-period", "on a stop, how long running jobs may finish"),
+        ("--call-timeout", "the longest any database call may take"),
+    ):
+        worker.add_argument(flag, type=positive_duration, metavar="DURATION", help=help)
+    worker.add_argument(
+        "--claim-bytes",
+        type=positive_int,
+        metavar="BYTES",
+        help="the most payload bytes one claim brings in (memory)",
+    )
+    worker.add_argument("--name", type=kind_name, help="the worker's name, in locked_by")
+    worker.add_argument(
+        "--listen-conninfo",
+        metavar="DSN",
+        help="LISTEN on this server connection (a transaction pooler stands in front)",
+    )
     worker.add_argument(
         "--until-empty",
         action="store_true",
@@ -196,11 +243,31 @@ def build_parser() -> argparse.ArgumentParser:
         "--trio", action="store_true", help="run an AsyncWorker on trio instead of asyncio"
     )
     worker.add_argument(
+        "--processes",
+        type=positive_int,
+        metavar="N",
+        help="run N worker processes under one supervisor (for CPU-bound handlers): "
+        "a process that dies is restarted, SIGINT and SIGTERM stop them all",
+    )
+    worker.add_argument(
+        "--max-jobs-per-child",
+        type=positive_int,
+        metavar="M",
+        help="with --processes: replace a worker process after it finished M jobs",
+    )
+    worker.add_argument(
         "--metrics-port",
         type=port,
         metavar="PORT",
-        help="serve Prometheus metrics on this port, all interfaces: the worker's events "
-        "and the queue's stats at /metrics (needs the prometheus extra)",
+        help="serve Prometheus metrics on this port (every interface unless --metrics-host): "
+        "the worker's events and the queue's stats at /metrics (needs the prometheus extra)",
+    )
+    worker.add_argument(
+        "--metrics-host",
+        default="0.0.0.0",
+        metavar="HOST",
+        help="with --metrics-port: the address to listen on, e.g. 127.0.0.1 "
+        "(default: 0.0.0.0, every interface)",
     )
     worker.add_argument(
         "--log-level",
@@ -220,6 +287,7 @@ def build_parser() -> argparse.ArgumentParser:
     pgqueue_bench.add_arguments(bench)
     bench.set_defaults(run=run_bench, subparser=bench)
     add_dashboard_command(commands)
+    add_embedded_command(commands)
     return parser
 
 

@@ -13,6 +13,7 @@ from ..core.jobs import (
     validate_queue,
     validate_table_name,
 )
+from ..core.migrations import validate_role
 
 
 def _integer(text: str, minimum: int) -> int:
@@ -132,6 +133,14 @@ def table_name(text: str) -> str:
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return text
+
+
+def role_name(text: str) -> str:
+    """An argparse type: a role to grant to, checked as `Queue.grant` checks it."""
+    try:
+        return validate_role(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def kind_name(text: str) -> str:

@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from ..core.jobs import DEFAULT_QUEUE, DuplicateJob, JobStatus, validate_spec
+from ..core.jsontext import load_json
 from ..sync.queue import Queue
 from .errors import OperationFailed, UsageError
 from .output import (
@@ -26,6 +27,10 @@ from .output import (
     stats_text,
 )
 
+# A payload nested deeper than this is refused with a clear message (Python's
+# own reader would fail on a thousand levels with a RecursionError).
+MAX_DEPTH = 500
+
 
 def cmd_migrate(queue: Queue, args: argparse.Namespace) -> int:
     """``pgqueue migrate``: install or upgrade the schema."""
@@ -37,6 +42,19 @@ def cmd_migrate(queue: Queue, args: argparse.Namespace) -> int:
     else:
         text = f"{queue.table}: schema at version {version}, up to date"
     emit(args, {"table": queue.table, "version": version, "applied": applied}, text)
+    return 0
+
+
+def cmd_grant(queue: Queue, args: argparse.Namespace) -> int:
+    """``pgqueue grant ROLE``: the runtime's grants (or a reader's) on the queue."""
+    try:
+        statements = queue.grant(args.role, read_only=args.read_only)
+    except ValueError as exc:  # the table is not installed
+        raise OperationFailed(str(exc)) from None
+    what = "read-only" if args.read_only else "runtime"
+    text = "\n".join([f"{queue.table}: {what} grants to {args.role}:", *statements])
+    emit(args, {"table": queue.table, "role": args.role, "read_only": args.read_only,
+                "statements": statements}, text)  # fmt: skip
     return 0
 
 
@@ -61,9 +79,11 @@ def prepare_enqueue(args: argparse.Namespace) -> None:
     """Read and check the job before connecting: bad input writes nothing."""
     text = sys.stdin.read() if args.payload == "-" else args.payload
     try:
-        args.payload = None if text is None else json.loads(text)
+        args.payload = (
+            None if text is None else load_json(text, "PAYLOAD_JSON", max_depth=MAX_DEPTH)
+        )
     except ValueError as exc:
-        raise UsageError(f"PAYLOAD_JSON is not valid JSON: {exc}") from None
+        raise UsageError(str(exc)) from None
     if args.unique_key is None and (args.unique or args.on_duplicate):
         raise UsageError("--unique and --on-duplicate go with --unique-key")
     args.unique = args.unique or "queued"

@@ -26,6 +26,7 @@ from .argtypes import (
     positive_int,
     priority,
     queue_name,
+    role_name,
     run_at_time,
     table_name,
 )
@@ -34,6 +35,7 @@ from .commands import (
     cmd_dead_purge,
     cmd_dead_retry,
     cmd_enqueue,
+    cmd_grant,
     cmd_history_prune,
     cmd_jobs_list,
     cmd_jobs_show,
@@ -130,6 +132,23 @@ def add_operator_commands(commands: Any) -> None:
         "create the queue's table or upgrade its schema; print the version",
         "Apply the schema migrations the table lacks (idempotent; one installer at a time). "
         "A table built by hand with the seed design's columns is adopted in place.",
+    )
+
+    grant = leaf(
+        commands,
+        "grant",
+        cmd_grant,
+        "grant a role what the application and its workers need on the queue",
+        "Run as the queue's owner, after migrate: USAGE on the schema and the id sequence, "
+        "SELECT, INSERT, UPDATE, DELETE on the queue's tables (SELECT, INSERT, DELETE on its "
+        "history table, if any). With --read-only, USAGE and SELECT only (monitoring, a "
+        "read-only dashboard). Prints the GRANT statements it ran.",
+    )
+    grant.add_argument(
+        "role", type=role_name, metavar="ROLE", help="the login role (or group) to grant to"
+    )
+    grant.add_argument(
+        "--read-only", action="store_true", help="SELECT only: for monitoring or a dashboard"
     )
 
     enqueue = leaf(commands, "enqueue", cmd_enqueue, "add one job", prepare=prepare_enqueue)

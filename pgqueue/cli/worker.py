@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import importlib
 import importlib.util
 import logging
@@ -12,6 +13,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
@@ -36,43 +38,92 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 def run_worker(args: argparse.Namespace) -> int:
     """``pgqueue worker TARGET``."""
     logging.basicConfig(level=args.log_level, format=LOG_FORMAT, stream=sys.stderr)
-    target = load_target(args.target)
-    if args.trio and isinstance(target, Worker):
-        raise UsageError("--trio runs an AsyncWorker; a pgqueue.Worker runs on threads")
     if args.trio and importlib.util.find_spec("trio") is None:
         raise UsageError("--trio needs trio installed: pip install trio")
-    try:
-        worker = with_overrides(target, dsn=args.dsn, concurrency=args.concurrency,
-                                kinds=args.kinds, queues=args.queues)  # fmt: skip
-    except (TypeError, ValueError) as exc:
-        raise UsageError(f"cannot apply the options to {args.target}: {exc}") from exc
+    build = functools.partial(load_worker, args.target, dsn=args.dsn, **worker_settings(args))
+    if args.processes is not None:
+        from .processes import supervise
 
-    opened = serve_metrics(worker, args.metrics_port) if args.metrics_port else None
+        return supervise(build, processes=args.processes,
+                         max_jobs_per_child=args.max_jobs_per_child, trio=args.trio,
+                         until_empty=args.until_empty, metrics_port=args.metrics_port,
+                         metrics_host=args.metrics_host,
+                         log_level=args.log_level)  # fmt: skip
+    if args.max_jobs_per_child is not None:
+        raise UsageError("--max-jobs-per-child needs --processes")
+    worker = build()
+    if args.trio and isinstance(worker, Worker):
+        raise UsageError("--trio runs an AsyncWorker; a pgqueue.Worker runs on threads")
+    opened = (
+        serve_metrics(worker, args.metrics_port, host=args.metrics_host)
+        if args.metrics_port
+        else None
+    )
+    try:
+        status = serve(worker, trio=args.trio, until_empty=args.until_empty)
+    finally:
+        if opened is not None:
+            opened.close()
+    if status == 0:
+        leave_stuck_calls_behind()
+    return status
+
+
+# The worker's settings that ``pgqueue worker`` takes as flags (the spelling
+# of each: its name with dashes), each overriding the target's own.
+WORKER_SETTINGS = (
+    "concurrency",
+    "batch_size",
+    "kinds",
+    "queues",
+    "poll_interval",
+    "job_timeout",
+    "visibility_timeout",
+    "grace_period",
+    "call_timeout",
+    "claim_bytes",
+    "name",
+    "listen_conninfo",
+)
+
+
+def worker_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The worker settings given as flags (None: the target's own)."""
+    return {name: getattr(args, name) for name in WORKER_SETTINGS}
+
+
+def load_worker(target: str, *, dsn: str | None, **settings: Any) -> Worker | AsyncWorker:
+    """The worker ``pgqueue worker TARGET`` runs: the target, with the options applied."""
+    loaded = load_target(target)
+    try:
+        return with_overrides(loaded, dsn=dsn, **settings)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"cannot apply the options to {target}: {exc}") from exc
+
+
+def serve(worker: Worker | AsyncWorker, *, trio: bool, until_empty: bool) -> int:
+    """Run ``worker`` until it stops, SIGINT and SIGTERM stopping it; the exit status."""
     try:
         with stop_on_signals(worker.stop):
             if isinstance(worker, Worker):
-                run_sync_worker(worker, until_empty=args.until_empty)
+                run_sync_worker(worker, until_empty=until_empty)
             else:
-                backend = "trio" if args.trio else "asyncio"
-                anyio.run(run_async_worker, worker, args.until_empty, backend=backend)
+                backend = "trio" if trio else "asyncio"
+                anyio.run(run_async_worker, worker, until_empty, backend=backend)
     except KeyboardInterrupt:
         log.warning("interrupted")
         return 130
     except Exception:
         log.exception("the worker failed")
         return 1
-    finally:
-        if opened is not None:
-            opened.close()
-    leave_stuck_calls_behind()
     return 0
 
 
-def leave_stuck_calls_behind(wait: float = 2.0) -> None:
-    """Exit now if database calls the worker gave up on (past ``call_timeout``)
-    still hold their threads: a connection gone silent would keep the process
-    alive at exit, waiting for a socket that may never answer (those jobs
-    come back through their lease)."""
+def leave_stuck_calls_behind(status: int = 0, wait: float = 1.0) -> None:
+    """Exit now, with ``status``, if database calls the worker gave up on (past
+    ``call_timeout``) still hold their threads: a connection gone silent would
+    keep the process alive at exit, waiting for a socket that may never answer
+    (those jobs come back through their lease)."""
     deadline = time.monotonic() + wait
     stuck = []
     for thread in threading.enumerate():
@@ -82,30 +133,56 @@ def leave_stuck_calls_behind(wait: float = 2.0) -> None:
         if thread.is_alive():
             stuck.append(thread)
     if stuck:
-        log.warning("%d database calls given up on are still waiting on the network; "
-                    "exiting without them", len(stuck))  # fmt: skip
+        log.warning("%d threads still busy at exit; exiting without them: %s", len(stuck),
+                    "; ".join(busy_with(t) for t in stuck))  # fmt: skip
         logging.shutdown()
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(0)
+        os._exit(status)
 
 
-def serve_metrics(worker: Worker | AsyncWorker, port: int) -> Queue | None:
+def busy_with(thread: threading.Thread) -> str:
+    """What a thread left at exit is doing, from its stack: a database call
+    the worker gave up on, or code of the application's (a handler abandoned
+    after the grace period), named by where it is."""
+    frame = sys._current_frames().get(thread.ident or -1)
+    stack = traceback.extract_stack(frame) if frame is not None else []
+    if any(f"{os.sep}psycopg" in f.filename for f in stack):
+        return "a database call given up on, waiting on the network"
+    library = (os.path.dirname(os.__file__), os.path.dirname(os.path.dirname(__file__)))
+    own = [
+        f for f in stack if not f.filename.startswith(library) and "site-packages" not in f.filename
+    ]
+    if own:
+        return f"{own[-1].name} at {own[-1].filename}:{own[-1].lineno} (a handler still running)"
+    return f"thread {thread.name}"
+
+
+def serve_metrics(
+    worker: Worker | AsyncWorker,
+    port: int,
+    *,
+    host: str = "0.0.0.0",
+    children_dir: str | None = None,
+) -> Queue | None:
     """Serve the worker's events and its queue's stats to Prometheus on ``port``.
 
     Both go to ``prometheus_client``'s global registry, so that metrics the
-    application registers there are served too. The stats are read at each
-    scrape with a sync `Queue`: the worker's own, or one connection of the
-    same server for an `AsyncWorker`, which is returned for the caller to
-    close (None when the worker's own serves).
+    application registers there are served too. With ``children_dir`` (a
+    supervisor's, `pgqueue.cli.processes`), the events are those its worker
+    processes write there instead, with what they register. The stats are
+    read at each scrape with a sync `Queue`: the worker's own, or one
+    connection of the same server for an `AsyncWorker`, which is returned
+    for the caller to close (None when the worker's own serves).
     """
     try:
-        from prometheus_client import start_http_server
+        from prometheus_client import REGISTRY, CollectorRegistry, start_http_server
+        from prometheus_client.multiprocess import MultiProcessCollector
 
         from ..prometheus import PrometheusMetrics, QueueStatsCollector
     except ImportError:
         raise UsageError(
-            "--metrics-port needs prometheus_client: pip install 'pgqueue[prometheus]'"
+            "--metrics-port needs prometheus_client: pip install 'pgqueue-jobs[prometheus]'"
         ) from None
     opened: Queue | None = None
     if isinstance(worker.queue, Queue):
@@ -118,19 +195,27 @@ def serve_metrics(worker: Worker | AsyncWorker, port: int) -> Queue | None:
                 "the queue's stats with; give its AsyncQueue a DSN or a pool with one"
             )
         queue = opened = Queue(conninfo, max_connections=1, **worker.queue.core.options())
+    registry = REGISTRY
     try:
-        worker.add_event_listener(PrometheusMetrics())
-        QueueStatsCollector(queue, visibility_timeout=worker.settings.visibility_timeout)
+        if children_dir is None:
+            worker.add_event_listener(PrometheusMetrics())
+        else:
+            registry = CollectorRegistry()
+            MultiProcessCollector(registry, path=children_dir)  # type: ignore[no-untyped-call]
+        QueueStatsCollector(
+            queue, registry=registry, visibility_timeout=worker.settings.visibility_timeout
+        )
     except ValueError as exc:  # the registry refuses a name registered twice
         raise UsageError(
             f"--metrics-port: the worker's module already registers pgqueue's metrics ({exc}); "
             "serve them from there, or register them only once"
         ) from exc
     try:
-        start_http_server(port)
+        start_http_server(port, addr=host, registry=registry)
     except OSError as exc:
         raise OperationFailed(f"cannot serve metrics on port {port}: {exc}") from exc
-    log.info("serving Prometheus metrics on port %d (/metrics)", port)
+    log.info("serving Prometheus metrics on port %d of %s (/metrics)", port,
+             host)  # fmt: skip
     return opened
 
 
@@ -145,10 +230,14 @@ def load_target(spec: str) -> Worker | AsyncWorker:
         sys.path.insert(0, cwd)
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
+    except Exception as exc:  # whatever the module raises at import: one line, status 2
         if isinstance(exc, ModuleNotFoundError) and exc.name == module_name:
             raise UsageError(f"no module named {module_name!r} (from {cwd})") from exc
-        raise UsageError(f"importing {module_name!r} failed: {type(exc).__name__}: {exc}") from exc
+        frames = traceback.extract_tb(exc.__traceback__)
+        where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+        raise UsageError(
+            f"importing {module_name!r} failed: {type(exc).__name__}: {exc}{where}"
+        ) from exc
     obj: Any = module
     for part in attr_path.split("."):
         try:
@@ -168,29 +257,24 @@ def load_target(spec: str) -> Worker | AsyncWorker:
 
 
 def with_overrides(
-    target: Worker | AsyncWorker,
-    *,
-    dsn: str | None,
-    concurrency: int | None,
-    kinds: list[str] | None,
-    queues: list[str] | None = None,
+    target: Worker | AsyncWorker, *, dsn: str | None, **overrides: Any
 ) -> Worker | AsyncWorker:
-    """The target itself, or a copy of it with these settings and server."""
+    """The target itself, or a copy of it with these settings (the names of
+    `pgqueue.core.worker.WorkerSettings`; None keeps the target's) and server."""
     queue = target.queue
     new_dsn = dsn is not None and dsn != _conninfo(queue)
-    if not new_dsn and concurrency is None and kinds is None and queues is None:
+    changed = {name: value for name, value in overrides.items() if value is not None}
+    if not new_dsn and not changed:
         if isinstance(target, AsyncWorker):
             target.handle_signals = True
         return target
     settings: dict[str, Any] = {
         f.name: getattr(target.settings, f.name) for f in dataclasses.fields(target.settings)
     }
-    if concurrency is not None:
-        settings["concurrency"] = concurrency
-    if kinds is not None:
-        settings["kinds"] = kinds
-    if queues is not None:
-        settings["queues"] = queues
+    unknown = set(changed) - set(settings)
+    if unknown:
+        raise TypeError(f"not a worker setting: {', '.join(sorted(unknown))}")
+    settings.update(changed)
     handlers: dict[str, Callable[..., Any]] = {}
     for kind in target.handlers.kinds():
         fn = target.handlers.get(kind)

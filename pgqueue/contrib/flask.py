@@ -31,6 +31,7 @@ See docs/frameworks.md.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import sys
@@ -43,12 +44,15 @@ from typing import Any, TypeVar
 import click
 import psycopg
 from flask import Flask, current_app, g
-from flask.cli import AppGroup
+from flask.cli import AppGroup, ScriptInfo
 from psycopg_pool import ConnectionPool
 
+from ..cli.errors import UsageError
+from ..cli.processes import supervise
 from ..cli.worker import LOG_FORMAT, LOG_LEVELS, leave_stuck_calls_behind, stop_on_signals
 from ..core.jobs import JobSpec
 from ..core.ops import QueueCore
+from ..core.worker import check_worker_options
 from ..sync.driver import make_pool
 from ..sync.queue import Queue
 from ..sync.worker import Worker
@@ -134,6 +138,7 @@ class PgQueue:
             raise TypeError(
                 f"PGQUEUE_WORKER must be a dict of pgqueue.Worker options, not {worker_options!r}"
             )
+        check_worker_options(worker_options, "PGQUEUE_WORKER")
         QueueCore(table)  # refuses a table name that is not one, now rather than at first use
         app.extensions[EXTENSION_KEY] = _AppState(self, dsn, table, size, pooling)
         app.cli.add_command(commands)
@@ -291,12 +296,24 @@ def migrate_command() -> None:
 @click.option("--queue", "queues", multiple=True, help="Serve this queue (repeat); all if none.")
 @click.option("--kind", "kinds", multiple=True, help="Serve this kind (repeat); all if none.")
 @click.option("--until-empty", is_flag=True, help="Drain what is ready, then exit.")
+@click.option(
+    "--processes",
+    type=click.IntRange(min=1),
+    help="Run N worker processes under one supervisor (for CPU-bound handlers).",
+)
+@click.option(
+    "--max-jobs-per-child",
+    type=click.IntRange(min=1),
+    help="With --processes: replace a worker process after it finished M jobs.",
+)
 @click.option("--log-level", type=click.Choice(LOG_LEVELS), default="INFO", show_default=True)
 def worker_command(
     concurrency: int | None,
     queues: tuple[str, ...],
     kinds: tuple[str, ...],
     until_empty: bool,
+    processes: int | None,
+    max_jobs_per_child: int | None,
     log_level: str,
 ) -> None:
     """Run the app's handlers until SIGINT or SIGTERM (a second one interrupts running jobs)."""
@@ -309,6 +326,11 @@ def worker_command(
         options["queues"] = list(queues)
     if kinds:
         options["kinds"] = list(kinds)
+    if processes is not None:
+        _supervise(options, processes, max_jobs_per_child, until_empty, log_level)
+        return
+    if max_jobs_per_child is not None:
+        raise click.UsageError("--max-jobs-per-child needs --processes")
     try:
         worker = state.extension.worker(**options)
     except (TypeError, ValueError) as exc:
@@ -319,6 +341,37 @@ def worker_command(
     finally:
         state.close()
     leave_stuck_calls_behind()
+
+
+def _supervise(
+    options: dict[str, Any],
+    processes: int,
+    max_jobs_per_child: int | None,
+    until_empty: bool,
+    log_level: str,
+) -> None:
+    info = click.get_current_context().ensure_object(ScriptInfo)
+    if info.app_import_path is None and info.create_app is not None:
+        raise click.UsageError(
+            "--processes needs the app named by --app or FLASK_APP: each worker process loads it"
+        )
+    build = functools.partial(_app_worker, info.app_import_path, options)
+    try:
+        status = supervise(build, processes=processes, max_jobs_per_child=max_jobs_per_child,
+                           until_empty=until_empty, log_level=log_level)  # fmt: skip
+    except (TypeError, ValueError, UsageError) as exc:
+        raise click.UsageError(f"cannot build the worker: {exc}") from exc
+    if status != 0:
+        raise click.ClickException("a worker process could not set up its worker (see its log)")
+
+
+def _app_worker(app_import_path: str | None, options: dict[str, Any]) -> Worker:
+    """The worker of ``flask pgqueue worker``, in a process that loads the app anew."""
+    app = ScriptInfo(app_import_path=app_import_path).load_app()
+    state = app.extensions.get(EXTENSION_KEY)
+    if not isinstance(state, _AppState):
+        raise UsageError("this app has no pgqueue extension: call PgQueue.init_app(app)")
+    return state.extension.worker(app, **options)
 
 
 def _current_state() -> _AppState:

@@ -3,6 +3,11 @@
 Every statement here is short whatever the table's size: it reads an index
 in O(page) or O(cap), or the catalogs, never the whole job table (except
 for exact counts of a table found to hold fewer than `EXACT_ROWS` rows).
+Nor does what it reads grow with the data that anyone who may enqueue
+controls: a list reads each payload's stored size and, for a payload
+stored in at most `LISTED_BYTES`, the first `PREVIEW_CHARS` of its JSON
+text (writing a large value as text is what costs); a job's page reads the
+first `DETAIL_CHARS`; every list of groups and queues stops at `MAX_SHOWN`.
 Large counts are capped (`Count.capped`: shown as "10,000+") or estimated
 from the planner's statistics (`Count.estimated`: "≈ 1.2M"). Pages go by
 keyset (``id < before``), never by OFFSET. The dashboard runs them on
@@ -38,14 +43,16 @@ from .jobs import (
     validate_status,
     validate_table_name,
 )
+from .jsontext import load_json
 from .ops import QueueCore
 from .plans import Operation, Plan, Query
-from .sql import HISTORY_COLUMNS, _read
+from .sql import HISTORY_COLUMNS, JOB_COLUMNS, _read
 
 __all__ = [
     "CAP",
     "EXACT_ROWS",
     "PAGE_SIZE",
+    "READ_ONLY_SETTINGS",
     "SESSION_SETTINGS",
     "BadFilter",
     "Count",
@@ -55,6 +62,7 @@ __all__ = [
     "JobFilter",
     "JobPage",
     "Overview",
+    "Preview",
     "QueueRow",
     "Throughput",
 ]
@@ -67,20 +75,37 @@ EXACT_ROWS: Final = 50_000
 PAGE_SIZE: Final = 50
 # Jobs an action on "every dead job matching the filter" handles per statement.
 BATCH: Final = 500
-# Queues the overview lists at most (read from the claim index, one by one).
-MAX_QUEUES: Final = 200
 # (queue, priority) pairs the oldest ready job is looked for in, at most.
 MAX_GROUPS: Final = 2000
+# Rows of a group or queue list on a page, at most ("and more"); the queues
+# with pending jobs are found by a walk of the claim index, one probe each.
+MAX_SHOWN: Final = 200
+# A list shows the start of a payload stored in at most this many bytes ...
+LISTED_BYTES: Final = 16_384
+# ... this many characters of its JSON text, and of an error this many.
+PREVIEW_CHARS: Final = 200
+ERROR_CHARS: Final = 2000
+# A job's page shows this many characters of its payload, result and error.
+DETAIL_CHARS: Final = 65_536
+# The largest id a bigint holds: ids are 1 to this.
+MAX_JOB_ID: Final = 2**63 - 1
+# A payload filter: at most this long and this deep.
+MAX_FILTER_CHARS: Final = 4096
+MAX_FILTER_DEPTH: Final = 32
 
 # Set on every connection the dashboard opens: no statement runs longer than
-# this, no lock is waited for long, and a session never idles in a
-# transaction (the dashboard runs in autocommit; this is the safety net).
+# this, no lock is waited for long, a session never idles in a transaction
+# (the dashboard runs in autocommit; this is the safety net), and no request
+# takes parallel workers from the server.
 SESSION_SETTINGS: Final[Mapping[str, str]] = {
     "statement_timeout": "2s",
     "lock_timeout": "1s",
     "idle_in_transaction_session_timeout": "5s",
+    "max_parallel_workers_per_gather": "0",
     "application_name": "pgqueue-dashboard",
 }
+# Added for a read-only dashboard: the database refuses its writes too.
+READ_ONLY_SETTINGS: Final[Mapping[str, str]] = {"default_transaction_read_only": "on"}
 
 
 class BadFilter(ValueError):
@@ -146,8 +171,10 @@ class Overview:
     now: datetime
     exact: bool  # the table is small: every count is exact
     totals: dict[JobStatus, Count]
-    groups: list[Group]
-    queues: list[QueueRow]
+    groups: list[Group]  # the first `MAX_SHOWN`, by queue and kind
+    queues: list[QueueRow]  # the first `MAX_SHOWN`, by name
+    more_groups: bool  # there are groups beyond those shown
+    more_queues: bool
     oldest_ready: timedelta | None
     expired: Count
     table_rows: Count
@@ -188,10 +215,9 @@ class JobFilter:
             ):
                 raise ValueError(f"unique key must be at most {MAX_NAME_LENGTH} characters")
             if payload is not None:
-                try:
-                    doc = json.loads(payload)
-                except ValueError as exc:
-                    raise ValueError(f"payload filter is not JSON: {exc}") from None
+                if len(payload) > MAX_FILTER_CHARS:
+                    raise ValueError(f"payload filter is longer than {MAX_FILTER_CHARS} characters")
+                doc = load_json(payload, "payload filter", max_depth=MAX_FILTER_DEPTH)
                 if "\x00" in payload or "\\u0000" in payload:
                     raise ValueError("payload filter holds a NUL character")
                 payload = json.dumps(doc)
@@ -218,12 +244,42 @@ class JobFilter:
 
 
 @dataclass(frozen=True, slots=True)
+class Preview:
+    """The start of a JSON value's text, as PostgreSQL writes ``jsonb``, and its stored size.
+
+    >>> print(Preview('{"a": 1}', 9, True).pretty())
+    {
+      "a": 1
+    }
+    >>> Preview('{"a": "xxxx', 90_000, False).pretty()
+    '{"a": "xxxx'
+    """
+
+    text: str | None  # None: too large for a list to show
+    size: int  # bytes the value takes in the table (``pg_column_size``: compressed)
+    whole: bool  # the text is the whole value
+
+    def pretty(self) -> str:
+        """The value indented when the text is whole (and Python can read it), else the text."""
+        if self.text is None or not self.whole:
+            return self.text or ""
+        try:
+            return json.dumps(json.loads(self.text), indent=2, ensure_ascii=False, sort_keys=True)
+        except (ValueError, RecursionError):
+            return self.text
+
+
+@dataclass(frozen=True, slots=True)
 class JobPage:
-    """A page of jobs, newest first; `next_before` continues after its last one."""
+    """A page of jobs, newest first; `next_before` continues after its last one.
+
+    A listed job's ``payload`` is None and its ``last_error`` cut at
+    `ERROR_CHARS`: ``previews[job.id]`` holds the start of its payload."""
 
     jobs: list[Job]
     next_before: int | None
     now: datetime
+    previews: dict[int, Preview] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,8 +298,8 @@ class ResultRow:
     """The result kept for the job (``result_ttl``)."""
 
     outcome: str
-    value: Any
-    error: str | None
+    value: Preview | None  # the start of the value's JSON text
+    error: str | None  # cut at `DETAIL_CHARS`
     attempts: int
     finished_at: datetime
     expires_at: datetime
@@ -254,11 +310,14 @@ class JobDetail:
     """Everything the dashboard knows of one job."""
 
     job_id: int
-    job: Job | None
+    job: Job | None  # its payload None (see `payload`), its error cut at `DETAIL_CHARS`
+    payload: Preview | None  # the start of the payload's JSON text
     result: ResultRow | None
     history: list[HistoryRow]
     slot: tuple[str, int] | None  # the limit slot it holds: key, slot number
     now: datetime
+    results_readable: bool = True  # the dashboard's role may read the results table
+    history_readable: bool = True  # ... and the history table
 
 
 @dataclass
@@ -331,6 +390,11 @@ class DashboardCore:
         names: dict[str, sql.Composable] = {
             "table": t,
             "cols": _read(),
+            "shown": _listed(DETAIL_CHARS),
+            "listed_text": sql.SQL(
+                "CASE WHEN pg_column_size(payload) <= {} THEN payload::text END"
+            ).format(sql.Literal(LISTED_BYTES)),
+            "detail": sql.Literal(DETAIL_CHARS),
             "queues": sql.Identifier(*parts[:-1], f"{name}_queues"),
             "history": sql.Identifier(*parts[:-1], f"{name}_history"),
             "results": sql.Identifier(*parts[:-1], f"{name}_results"),
@@ -342,6 +406,13 @@ class DashboardCore:
             return sql.SQL(template).format(**names).as_bytes(None)
 
         self._render = render
+        # May the dashboard's role read the results and history tables
+        # (named here as text, for has_table_privilege)?
+        self.readable = (
+            b"SELECT has_table_privilege(to_regclass(%s), 'SELECT'),"
+            b" has_table_privilege(to_regclass(%s), 'SELECT')"
+        )
+        self.side_tables = tuple(names[n].as_string(None) for n in ("results", "history"))
         # The table holds fewer than %s rows? A scan that stops there.
         self.sized = render("SELECT count(*) FROM (SELECT 1 FROM {table} LIMIT %s) AS s")
         # The clock, the planner's estimate of the table's rows, and the
@@ -352,20 +423,32 @@ class DashboardCore:
             b"SELECT now(), greatest(reltuples, 0)::bigint, pg_stat_get_tuples_inserted(oid),"
             b" pg_stat_get_tuples_deleted(oid) FROM pg_class WHERE oid = %s::regclass"
         )
-        # Exact counts: only when `sized` found a small table.
-        self.groups = render(
-            "SELECT queue, kind, status, count(*) FROM {table} GROUP BY 1, 2, 3 ORDER BY 1, 2"
-        )
-        # Running jobs (their partial index) and dead jobs, up to a cap, by queue and kind.
+        # Exact counts: only when `sized` found a small table. Of however
+        # many queues and kinds, the first %s are counted by group.
+        self.totals = render("SELECT status, count(*) FROM {table} GROUP BY 1")
+        self.groups = render("""
+SELECT queue, kind, status, count(*) FROM {table}
+ WHERE (queue, kind) IN (SELECT DISTINCT queue, kind FROM {table} ORDER BY 1, 2 LIMIT %s)
+ GROUP BY 1, 2, 3 ORDER BY 1, 2""")
+        self.queue_counts = render("""
+SELECT queue, status, count(*) FROM {table}
+ WHERE queue IN (SELECT DISTINCT queue FROM {table} ORDER BY 1 LIMIT %s)
+ GROUP BY 1, 2 ORDER BY 1""")
+        # Running jobs (their partial index) and dead jobs, up to a cap, by
+        # queue and kind: the first groups, each with the count of all.
         self.running_groups = render("""
-SELECT queue, kind, count(*) FROM (
-    SELECT queue, kind FROM {table}
-     WHERE status = 'running' AND locked_at IS NOT NULL LIMIT %s) AS s
- GROUP BY 1, 2""")
+SELECT queue, kind, n, sum(n) OVER () FROM (
+    SELECT queue, kind, count(*) AS n FROM (
+        SELECT queue, kind FROM {table}
+         WHERE status = 'running' AND locked_at IS NOT NULL LIMIT %s) AS s
+     GROUP BY 1, 2) AS g
+ ORDER BY 1, 2 LIMIT %s""")
         self.dead_groups = render("""
-SELECT queue, kind, count(*) FROM (
-    SELECT queue, kind FROM {table} WHERE status = 'dead' LIMIT %s) AS s
- GROUP BY 1, 2""")
+SELECT queue, kind, n, sum(n) OVER () FROM (
+    SELECT queue, kind, count(*) AS n FROM (
+        SELECT queue, kind FROM {table} WHERE status = 'dead' LIMIT %s) AS s
+     GROUP BY 1, 2) AS g
+ ORDER BY 1, 2 LIMIT %s""")
         # Pending jobs live in two partial indexes (migration 8): those
         # without a limit key in the claim index, by (queue, priority,
         # run_at, id); limited ones by (limit_key, priority, run_at, id).
@@ -381,17 +464,18 @@ WITH RECURSIVE q AS (
              WHERE t.{unlimited} AND t.queue > q.queue ORDER BY t.queue LIMIT 1)
       FROM q WHERE q.queue IS NOT NULL
 )
-SELECT q.queue, false, c.n FROM (SELECT queue FROM q WHERE queue IS NOT NULL LIMIT %(queues)s) AS q
+SELECT q.queue, false, c.n, NULL::numeric
+  FROM (SELECT queue FROM q WHERE queue IS NOT NULL LIMIT %(queues)s) AS q
  CROSS JOIN LATERAL (
     SELECT count(*) AS n FROM (
         SELECT 1 FROM {{table}} AS t WHERE t.{unlimited} AND t.queue = q.queue
          LIMIT %(cap)s) AS s) AS c
 UNION ALL
-SELECT queue, true, count(*) FROM (
+(SELECT queue, true, count(*), sum(count(*)) OVER () FROM (
     SELECT queue FROM {{table}} WHERE status = 'pending' AND limit_key IS NOT NULL
      LIMIT %(cap)s) AS l
- GROUP BY queue""")
-        self.pause_records = render("SELECT queue, paused FROM {queues} ORDER BY queue")
+ GROUP BY queue ORDER BY queue LIMIT %(queues)s)""")
+        self.pause_records = render("SELECT queue, paused FROM {queues} ORDER BY queue LIMIT %s")
         # The longest wait of a ready job without a limit key: the first
         # entry of each (queue, priority) of the claim index, found by a
         # walk (one probe per pair).
@@ -415,18 +499,32 @@ SELECT count(*) FROM (
     SELECT 1 FROM {table}
      WHERE status = 'running' AND locked_at IS NOT NULL AND locked_at < now() - %s::interval
      LIMIT %s) AS s""")
+        # A job's page: the start of its payload, its result's value and its
+        # error (each JSON text is made once, in the subquery).
+        self.detail_job = render("""
+SELECT {shown}, left(s.payload_text, {detail}), s.payload_size,
+       length(s.payload_text) <= {detail}
+  FROM (SELECT {cols}, payload::text AS payload_text, pg_column_size(payload) AS payload_size
+          FROM {table} WHERE id = %s LIMIT 1) AS s""")
         self.detail_result = render("""
-SELECT outcome, value, error, attempts, finished_at, expires_at FROM {results}
- WHERE job_id = %s""")
+SELECT outcome, left(v, {detail}), size, length(v) <= {detail}, left(error, {detail}),
+       attempts, finished_at, expires_at
+  FROM (SELECT outcome, value::text AS v, pg_column_size(value) AS size, error, attempts,
+               finished_at, expires_at
+          FROM {results} WHERE job_id = %s LIMIT 1) AS s""")
+        self.payload_text = render("SELECT payload::text FROM {table} WHERE id = %s")
         self.detail_history = render("""
-SELECT outcome, attempts, last_error, locked_by, finished_at FROM {history}
+SELECT outcome, attempts, left(last_error, {detail}), locked_by, finished_at FROM {history}
  WHERE id = %s ORDER BY finished_at DESC LIMIT 20""")
         self.detail_slot = render("SELECT limit_key, slot FROM {slots} WHERE job_id = %s LIMIT 1")
-        self.running_page = render("""
-SELECT {cols}, now() FROM {table}
+        self.running_page = _listing(
+            sql.SQL("""SELECT {cols}, {listed_text} AS payload_text,
+       pg_column_size(payload) AS payload_size FROM {table}
  WHERE status = 'running' AND locked_at IS NOT NULL
    AND (%(after_at)s::timestamptz IS NULL OR (locked_at, id) > (%(after_at)s, %(after_id)s))
- ORDER BY locked_at, id LIMIT %(limit)s""")
+ ORDER BY locked_at, id LIMIT %(limit)s""").format(**names),
+            sql.SQL("s.locked_at, s.id"),
+        )
         gone = HISTORY_COLUMNS if history else ("id",)
         keep = ""
         if history:
@@ -466,12 +564,15 @@ SELECT coalesce(array_agg(id ORDER BY id), '{{{{}}}}') FROM purged""")
 
             totals: dict[JobStatus, Count]
             if exact:
-                rows = yield Query(self.groups)
-                sums = dict.fromkeys(ROW_STATUSES, 0)
-                for queue, kind, status, n in rows:
-                    add(queue, kind, JobStatus(status), Count(n))
-                    sums[JobStatus(status)] += n
+                rows = yield Query(self.totals)
+                sums = dict.fromkeys(ROW_STATUSES, 0) | {JobStatus(s): n for s, n in rows}
                 totals = {s: Count(n) for s, n in sums.items()}
+                rows = yield Query(self.groups, (MAX_SHOWN + 1,))
+                for queue, kind, status, n in rows:
+                    groups.setdefault((queue, kind), {})[JobStatus(status)] = Count(n)
+                rows = yield Query(self.queue_counts, (MAX_SHOWN + 1,))
+                for queue, status, n in rows:
+                    queues.setdefault(queue, {})[JobStatus(status)] = Count(n)
                 table_rows = Count(size)
             else:
                 totals = {}
@@ -479,15 +580,15 @@ SELECT coalesce(array_agg(id ORDER BY id), '{{{{}}}}') FROM purged""")
                     (JobStatus.RUNNING, self.running_groups),
                     (JobStatus.DEAD, self.dead_groups),
                 ):
-                    rows = yield Query(statement, (CAP + 1,))
-                    total = sum(n for _, _, n in rows)
-                    for queue, kind, n in rows:
+                    rows = yield Query(statement, (CAP + 1, MAX_SHOWN + 1))
+                    total = int(rows[0][3]) if rows else 0
+                    for queue, kind, n, _ in rows:
                         add(queue, kind, status, Count(n, capped=total > CAP))
                     totals[status] = capped(total)
-                rows = yield Query(self.pending_queues, {"queues": MAX_QUEUES, "cap": CAP + 1})
+                rows = yield Query(self.pending_queues, {"queues": MAX_SHOWN + 1, "cap": CAP + 1})
                 pending_total = 0
-                limited_total = sum(n for _, limited, n in rows if limited)
-                for queue, limited, n in rows:
+                limited_total = next((int(t) for _, limited, _, t in rows if limited), 0)
+                for queue, limited, n, _ in rows:
                     count = Count(n, capped=limited_total > CAP) if limited else capped(n)
                     add(queue, None, JobStatus.PENDING, count)
                     pending_total += n
@@ -497,9 +598,12 @@ SELECT coalesce(array_agg(id ORDER BY id), '{{{{}}}}') FROM purged""")
                 else:
                     totals[JobStatus.PENDING] = Count(pending_total)
                 table_rows = Count(max(reltuples, size), estimated=True)
-            pauses = yield Query(self.pause_records)
+            pauses = yield Query(self.pause_records, (MAX_SHOWN + 1,))
             paused: dict[str, bool] = dict(pauses)
             names = sorted(set(queues) | set(paused))
+            more_queues = len(names) > MAX_SHOWN
+            names = names[:MAX_SHOWN]
+            shown = sorted(groups.items(), key=lambda item: (item[0][0], item[0][1] or ""))
             zero = Count(0)
             queue_rows = [
                 QueueRow(
@@ -517,13 +621,10 @@ SELECT coalesce(array_agg(id ORDER BY id), '{{{{}}}}') FROM purged""")
                 now=now,
                 exact=exact,
                 totals=totals,
-                groups=[
-                    Group(queue, kind, counts)
-                    for (queue, kind), counts in sorted(
-                        groups.items(), key=lambda item: (item[0][0], item[0][1] or "")
-                    )
-                ],
+                groups=[Group(queue, kind, counts) for (queue, kind), counts in shown[:MAX_SHOWN]],
                 queues=queue_rows,
+                more_groups=len(shown) > MAX_SHOWN,
+                more_queues=more_queues,
                 oldest_ready=oldest,
                 expired=capped(expired),
                 table_rows=table_rows,
@@ -538,30 +639,21 @@ SELECT coalesce(array_agg(id ORDER BY id), '{{{{}}}}') FROM purged""")
     ) -> Operation[JobPage]:
         """A page of jobs matching ``where``, newest first, before the id ``before``."""
         if before is not None:
-            before = validate_job_id(before, "before")
+            before = check_job_id(before, "before")
         conditions, params = self._conditions(where)
         if before is not None:
             conditions.append(sql.SQL("id < %(before)s"))
             params["before"] = before
         params["limit"] = limit + 1
-        statement = (
+        statement = _listing(
             sql.SQL(
-                "SELECT {cols}, now() FROM {table} WHERE {where} ORDER BY id DESC LIMIT %(limit)s"
-            )
-            .format(where=sql.SQL(" AND ").join(conditions), **self._names)
-            .as_bytes(None)
+                "SELECT {cols}, {listed_text} AS payload_text,"
+                " pg_column_size(payload) AS payload_size FROM {table} WHERE {where}"
+                " ORDER BY id DESC LIMIT %(limit)s"
+            ).format(where=sql.SQL(" AND ").join(conditions), **self._names),
+            sql.SQL("s.id DESC"),
         )
-
-        def plan() -> Plan[JobPage]:
-            rows = yield Query(statement, params)
-            now = rows[0][-1] if rows else None
-            if now is None:
-                ((now,),) = yield Query(b"SELECT now()")
-            jobs = [Job.from_row(r[:-1]) for r in rows[:limit]]
-            more = len(rows) > limit
-            return JobPage(jobs, jobs[-1].id if more else None, now)
-
-        return Operation(plan())
+        return Operation(_page(statement, params, limit))
 
     def _conditions(self, where: JobFilter) -> tuple[list[sql.Composable], dict[str, Any]]:
         # Literal status (not a parameter): a partial index's predicate must be provable.
@@ -593,35 +685,49 @@ SELECT coalesce(array_agg(id ORDER BY id), '{{{{}}}}') FROM purged""")
             "limit": limit + 1,
         }
 
-        def plan() -> Plan[JobPage]:
-            rows = yield Query(self.running_page, params)
-            now = rows[0][-1] if rows else None
-            if now is None:
-                ((now,),) = yield Query(b"SELECT now()")
-            jobs = [Job.from_row(r[:-1]) for r in rows[:limit]]
-            more = len(rows) > limit
-            return JobPage(jobs, jobs[-1].id if more else None, now)
-
-        return Operation(plan())
+        return Operation(_page(self.running_page, params, limit))
 
     def detail(self, job_id: int) -> Operation[JobDetail]:
-        """A job's row, its kept result, its history copies and its limit slot."""
-        job_id = validate_job_id(job_id, "job id")
-        get = self.queue.sql.get
+        """A job's row, its kept result, its history copies and its limit slot.
+
+        The results and history tables are read only where the dashboard's
+        role may (`JobDetail.results_readable`, `JobDetail.history_readable`)."""
+        job_id = check_job_id(job_id)
 
         def plan() -> Plan[JobDetail]:
-            rows = yield Query(get, (job_id,))
-            job = Job.from_row(rows[0]) if rows else None
-            rows = yield Query(self.detail_result, (job_id,))
-            result = ResultRow(*rows[0]) if rows else None
+            rows = yield Query(self.detail_job, (job_id,))
+            job = payload = None
+            if rows:
+                job, payload = _listed_row(rows[0])
+            ((results_readable, history_readable),) = yield Query(self.readable, self.side_tables)
+            result = None
+            if results_readable:
+                rows = yield Query(self.detail_result, (job_id,))
+                if rows:
+                    outcome, text, size, whole, *rest = rows[0]
+                    value = None if text is None else Preview(text, size, whole)
+                    result = ResultRow(outcome, value, *rest)
             history: list[HistoryRow] = []
-            if self.queue.sql.history or job is None:
+            if history_readable and (self.queue.sql.history or job is None):
                 rows = yield Query(self.detail_history, (job_id,))
                 history = [HistoryRow(*r) for r in rows]
             rows = yield Query(self.detail_slot, (job_id,))
             slot = (rows[0][0], rows[0][1]) if rows else None
             ((now,),) = yield Query(b"SELECT now()")
-            return JobDetail(job_id, job, result, history, slot, now)
+            return JobDetail(
+                job_id, job, payload, result, history, slot, now,
+                bool(results_readable), bool(history_readable),
+            )  # fmt: skip
+
+        return Operation(plan())
+
+    def payload_json(self, job_id: int) -> Operation[str | None]:
+        """A job's whole payload as JSON text (None: no such job in the table)."""
+        job_id = check_job_id(job_id)
+
+        def plan() -> Plan[str | None]:
+            rows = yield Query(self.payload_text, (job_id,))
+            return rows[0][0] if rows else None
 
         return Operation(plan())
 
@@ -705,12 +811,78 @@ def _dead(where: JobFilter) -> JobFilter:
     return JobFilter(JobStatus.DEAD, where.queue, where.kind, where.unique_key, where.payload)
 
 
+def _listed(error_chars: int) -> sql.Composable:
+    """`JOB_COLUMNS` of a listing's subquery ``s`` (see `_listing`): no payload
+    (the listing reads the start of its text instead), the error cut short."""
+    return sql.SQL(", ").join(
+        sql.SQL("NULL::jsonb")
+        if c == "payload"
+        else sql.SQL("left(s.last_error, {})").format(sql.Literal(error_chars))
+        if c == "last_error"
+        else sql.Identifier("s", c)
+        for c in JOB_COLUMNS
+    )
+
+
+def _listing(inner: sql.Composable, order: sql.Composable) -> bytes:
+    """A page of jobs from ``inner`` (which reads ``{cols}``, ``payload_text``
+    and ``payload_size`` up to its LIMIT): each job with the start of its
+    payload and its size, and ``now()``. The LIMIT keeps the subquery apart,
+    so each payload's text is made once, for the rows of the page only, and
+    never leaves the server whole."""
+    return (
+        sql.SQL(
+            "SELECT {listed}, left(s.payload_text, {preview}), s.payload_size,"
+            " coalesce(length(s.payload_text) <= {preview}, false), now()"
+            " FROM ({inner}) AS s ORDER BY {order}"
+        )
+        .format(
+            listed=_listed(ERROR_CHARS),
+            preview=sql.Literal(PREVIEW_CHARS),
+            inner=inner,
+            order=order,
+        )
+        .as_bytes(None)
+    )
+
+
+def _listed_row(row: tuple[Any, ...]) -> tuple[Job, Preview]:
+    n = len(JOB_COLUMNS)
+    return Job.from_row(row[:n]), Preview(row[n], row[n + 1], row[n + 2])
+
+
+def _page(statement: bytes, params: dict[str, Any], limit: int) -> Plan[JobPage]:
+    rows = yield Query(statement, params)
+    now = rows[0][-1] if rows else None
+    if now is None:
+        ((now,),) = yield Query(b"SELECT now()")
+    jobs, previews = [], {}
+    for row in rows[:limit]:
+        job, preview = _listed_row(row)
+        jobs.append(job)
+        previews[job.id] = preview
+    more = len(rows) > limit
+    return JobPage(jobs, jobs[-1].id if more else None, now, previews)
+
+
+def check_job_id(value: object, what: str = "job id") -> int:
+    """A job id: an int from 1 to `MAX_JOB_ID` (`BadFilter` otherwise)."""
+    try:
+        job_id = validate_job_id(value, what)
+    except TypeError as exc:
+        raise BadFilter(str(exc)) from None
+    if not 1 <= job_id <= MAX_JOB_ID:
+        raise BadFilter(f"{what} must be a job id (1 to {MAX_JOB_ID}), not {job_id}")
+    return job_id
+
+
+def parse_id(text: str, what: str = "id") -> int:
+    """A job id from text: ASCII digits only (not ``²``), within a bigint; `BadFilter` if not."""
+    if not (text.isascii() and text.isdigit() and len(text) <= len(str(MAX_JOB_ID))):
+        raise BadFilter(f"{what} must be a job id (1 to {MAX_JOB_ID}), not {text[:40]!r}")
+    return check_job_id(int(text), what)
+
+
 def parse_ids(values: Sequence[str]) -> list[int]:
-    """Job ids from form values; `BadFilter` for anything but positive integers."""
-    out = []
-    for value in values:
-        try:
-            out.append(validate_job_id(int(value), "job id"))
-        except (TypeError, ValueError):
-            raise BadFilter(f"not a job id: {value[:40]!r}") from None
-    return out
+    """Job ids from form values; `BadFilter` for anything but ids from 1 to `MAX_JOB_ID`."""
+    return [parse_id(value) for value in values]

@@ -443,8 +443,15 @@ def _validate_name(value: object, what: str) -> str:
 
 
 def validate_queue(queue: object) -> str:
-    """A queue's name."""
-    return _validate_name(queue, "queue name")
+    """A queue's name: also no control character (names reach log lines and pages)."""
+    return refuse_control(_validate_name(queue, "queue name"), "queue name")
+
+
+def refuse_control(value: str, what: str) -> str:
+    """``value``, if it holds no control character (a newline could forge a log line)."""
+    if any(c < " " or "\x7f" <= c <= "\x9f" for c in value):
+        raise ValueError(f"{what} must not contain control characters (newline, tab ...)")
+    return value
 
 
 def validate_queues(queues: Iterable[str] | None) -> list[str] | None:
@@ -558,14 +565,38 @@ def validate_table_name(table: object) -> tuple[str, ...]:
         )
     if len(parts[-1]) > MAX_TABLE_NAME_LENGTH or len(parts[0]) > MAX_IDENTIFIER_LENGTH:
         raise ValueError(f"table name {table!r} is too long (at most {MAX_TABLE_NAME_LENGTH})")
+    # pg_temp (a session's own schema: its jobs vanish with the connection)
+    # and the system schemas are no place for a queue.
+    if len(parts) == 2 and (parts[0].lower().startswith("pg_") or parts[0] == "information_schema"):
+        raise ValueError(
+            f"table name {table!r} is in a temporary or system schema: choose another schema"
+        )
     return parts
 
 
-def validate_limit(limit: object) -> int:
+def wrong_connection(conn: object, expected: str) -> TypeError:
+    """The error for a ``conn=`` that is not a psycopg connection: its full
+    type name, and for a framework's own connection object, the helper that
+    gives the psycopg connection under it."""
+    kind = type(conn)
+    name = f"{kind.__module__}.{kind.__qualname__}"
+    hint = ""
+    if kind.__module__.split(".")[0] == "sqlalchemy":
+        hint = (
+            "; from a SQLAlchemy session, pass pgqueue.contrib.sqlalchemy.psycopg_connection"
+            "(session) (async: async_psycopg_connection)"
+        )
+    elif kind.__module__.split(".")[0] == "django":
+        hint = "; in Django, pgqueue.contrib.django.connection() is the psycopg connection"
+    return TypeError(f"conn must be {expected}, not {name}{hint}")
+
+
+def validate_limit(limit: object, name: str = "limit") -> int:
+    """A count of at least 1 (a claim's limit, a concurrency), named as the caller names it."""
     if isinstance(limit, bool) or not isinstance(limit, int):
-        raise TypeError(f"limit must be an int, not {type(limit).__name__}")
+        raise TypeError(f"{name} must be an int, not {type(limit).__name__}")
     if limit < 1:
-        raise ValueError(f"limit must be at least 1, got {limit}")
+        raise ValueError(f"{name} must be at least 1, got {limit}")
     return limit
 
 

@@ -266,6 +266,11 @@ class Ledger(Generic[O]):
         """(Lease keeper.) The jobs whose lease the worker keeps alive."""
         return [e.job for e in self._entries.values() if e.phase in LEASED]
 
+    def holds(self, job_id: int) -> bool:
+        """(Notifier.) Whether the worker keeps this job's lease alive."""
+        entry = self._entries.get(job_id)
+        return entry is not None and entry.phase in LEASED
+
     def jobs(self, *phases: Phase) -> list[Job]:
         return [e.job for e in self._entries.values() if e.phase in phases]
 

@@ -43,7 +43,14 @@ from .jobs import (
     validate_status,
     validate_timeout,
 )
-from .migrations import SchemaNames, install_plan, uninstall_plan, version_plan
+from .migrations import (
+    SchemaNames,
+    grant_plan,
+    install_plan,
+    uninstall_plan,
+    validate_role,
+    version_plan,
+)
 from .plans import Copy, Operation, Plan, Query, Rows, Step, drive, needs_transaction
 from .pooling import validate_transaction_pooling
 from .results import JobResult
@@ -214,6 +221,13 @@ class QueueCore:
 
     def uninstall(self) -> Operation[None]:
         return Operation(uninstall_plan(self.schema), atomic=True)
+
+    def grant(self, role: str, *, read_only: bool = False) -> Operation[list[str]]:
+        """Grant a role what the runtime (or a reader) needs; see `grant_plan`."""
+        validate_role(role)
+        if not isinstance(read_only, bool):
+            raise TypeError(f"read_only must be a bool, not {type(read_only).__name__}")
+        return Operation(grant_plan(self.schema, role, read_only=read_only), atomic=True)
 
     # -- enqueue --------------------------------------------------------
 

@@ -40,6 +40,7 @@ from .jobs import (
     MAX_DELAY,
     _validate_name,
     encode_payload,
+    refuse_control,
     validate_kind,
     validate_priority,
     validate_queue,
@@ -215,7 +216,7 @@ def unique_key_of(name: str) -> str:
 
 def validate_schedule_name(name: object) -> str:
     """A schedule's name: non-empty text, as a queue's name."""
-    return _validate_name(name, "schedule name")
+    return refuse_control(_validate_name(name, "schedule name"), "schedule name")
 
 
 def zone(tz: object) -> tzinfo:

@@ -91,6 +91,10 @@ INSERT_COLUMNS: Final = (
 _LEAVING: Final = ("attempts", "kind", "queue", "limit_key", "result_ttl", "last_error")
 
 RELOAD_CONF: Final = b"SELECT pg_reload_conf()"
+# What ``pgqueue bench`` reads around a run: the WAL written (bytes) and the
+# transactions committed on the database.
+WAL_WRITTEN: Final = b"SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint"
+COMMITS: Final = b"SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
 
 
 def alter_system(name: str, value: str) -> bytes:
@@ -692,9 +696,12 @@ SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM done),
         # state the state machine chose. The claim's attempts and locked_by
         # fence the write: a job reclaimed since (by a new claim, which bumps
         # attempts, or by another worker after a retry reset them) is left
-        # alone. A job whose cancellation was requested (or that its worker
-        # reports cancelled) is deleted instead, whatever the worker decided:
-        # a cancelled job is never retried, reaped back or buried.
+        # alone. A job whose cancellation was requested is deleted instead,
+        # whatever the worker decided: a cancelled job is never retried,
+        # reaped back or buried. The table, not the worker, says which: a
+        # job its worker reports cancelled without a request in the table
+        # (the worker trusted a forged notification) is a plain failure,
+        # pending again, or dead when it used its last attempt.
         failure_rows = """
       {verb} unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
                   %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
@@ -705,7 +712,8 @@ SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM done),
         failures = """
 failed_rows AS (
     UPDATE {table} AS j
-       SET status = f.status,
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
            -- Pending: when to try again. Dead: when it died, for purge_dead.
            run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
            -- A "queued" unique job that started once keeps attempts > 0, so
@@ -715,12 +723,12 @@ failed_rows AS (
            locked_at = NULL,
            locked_by = NULL,
            last_error = COALESCE(f.error, j.last_error){from_rows}
-       AND f.status <> 'cancelled' AND j.cancel_requested_at IS NULL
+       AND j.cancel_requested_at IS NULL
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
               j.attempts, j.last_error){after_failed},
 cancelled AS (
     DELETE FROM {table} AS j{using_rows}
-       AND (f.status = 'cancelled' OR j.cancel_requested_at IS NOT NULL)
+       AND j.cancel_requested_at IS NOT NULL
     RETURNING {leaving_f}){keep}{after_cancelled},
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled)"""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import inspect
 import os
 import socket
@@ -27,7 +29,9 @@ from .ops import Failure
 from .states import Event
 
 __all__ = [
+    "ABORT_FLUSH",
     "CANCELLED",
+    "CLAIM_CUT",
     "CANCELLED_UNSTARTED",
     "INTERRUPTED",
     "RETRY_BACKOFF",
@@ -35,6 +39,7 @@ __all__ = [
     "Outcome",
     "WorkerOptions",
     "WorkerSettings",
+    "check_worker_options",
     "describe_error",
     "describe_jobs",
     "unique_worker_name",
@@ -68,9 +73,17 @@ OUTCOME_LINGER = 0.02
 # server), and again when it returns.
 STALL_WARNING = 5.0
 
+# The longest a stopping worker waits for a claim in flight (a healthy one
+# takes milliseconds): one still waiting, on a server that refuses
+# connections or does not answer, is given up, and what it may have
+# claimed comes back through the lease. The grace period is the handlers'.
+CLAIM_CUT = 1.0
+
 # The longest a stopping worker tries to write its last outcomes (after the
-# grace period); those it could not write come back through their lease.
-FLUSH_DEADLINE = 10.0
+# grace period; a healthy write takes milliseconds), and after a second
+# signal; those it could not write come back through their lease.
+FLUSH_DEADLINE = 2.0
+ABORT_FLUSH = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +148,25 @@ class WorkerOptions(TypedDict, total=False):
     claim_bytes: int | None
 
 
+def check_worker_options(options: Mapping[str, object], where: str) -> None:
+    """Refuse, before any worker is made, options that `AsyncWorker` (and
+    `Worker`) would refuse: an unknown name (with the nearest known one) or
+    a bad value. ``where`` names the setting they came from."""
+    known = sorted(WorkerOptions.__optional_keys__)
+    for name in options:
+        if name not in known:
+            near = difflib.get_close_matches(name, known, n=1)
+            hint = f" (did you mean {near[0]!r}?)" if near else f"; known: {', '.join(known)}"
+            raise TypeError(f"{where}: unknown worker option {name!r}{hint}")
+    settings = {f.name for f in dataclasses.fields(WorkerSettings)}
+    given = {k: v for k, v in options.items() if k in settings}
+    defaults = WorkerSettings()
+    try:
+        WorkerSettings.build(**{**{n: getattr(defaults, n) for n in settings}, **given})
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"{where}: {exc}") from None
+
+
 @dataclass(frozen=True)
 class WorkerSettings:
     """A worker's validated settings; see `AsyncWorker` for their meaning."""
@@ -173,8 +205,8 @@ class WorkerSettings:
         grace = _seconds(grace_period, "grace_period")
         assert poll is not None and grace is not None
         return cls(
-            concurrency=validate_limit(concurrency),
-            batch_size=validate_limit(batch_size),
+            concurrency=validate_limit(concurrency, "concurrency"),
+            batch_size=validate_limit(batch_size, "batch_size"),
             kinds=validate_kinds(kinds),
             queues=validate_queues(queues),
             poll_interval=poll,

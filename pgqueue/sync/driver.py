@@ -6,14 +6,16 @@ The async driver on trio runs these same functions in worker threads.
 from __future__ import annotations
 
 import threading
+from contextlib import suppress
 from functools import partial
 from typing import Any, Final, TypeVar
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
-from psycopg_pool import AsyncConnectionPool, ConnectionPool
+from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolClosed
 
+from ..core.jobs import wrong_connection
 from ..core.ops import Copy, Operation, Rows, Step, drive, needs_transaction
 from ..core.pooling import check_pool_kwargs, pool_kwargs
 
@@ -40,7 +42,7 @@ def perform(conn: psycopg.Connection[Any], step: Step) -> Rows:
 def run_on(conn: psycopg.Connection[Any], op: Operation[T]) -> T:
     """Run `op` on `conn`; a multi-step plan runs in a transaction (or savepoint)."""
     if not isinstance(conn, psycopg.Connection):
-        raise TypeError(f"conn must be a psycopg.Connection here, not {type(conn).__name__}")
+        raise wrong_connection(conn, "a psycopg.Connection")
     idle = conn.info.transaction_status == TransactionStatus.IDLE
     if needs_transaction(op, autocommit=conn.autocommit, idle=idle):
         with conn.transaction():
@@ -69,6 +71,23 @@ def connection_kwargs(conninfo: str, kwargs: dict[str, Any] | None = None) -> di
     return {**(kwargs or {}), "autocommit": True, **extra}
 
 
+# psycopg_pool tries a failed connection again on a doubling delay (1 s, 2 s,
+# 4 s...) for its ``reconnect_timeout`` (5 minutes by default): after an
+# outage of a minute, its next try may come half a minute after the server
+# is back. The pools a queue makes give up a try after RECONNECT_TIMEOUT and
+# start a new one at once (`reconnect_now`): a try every one or two seconds
+# (psycopg_pool's own jitter spreads the workers), whatever the outage's
+# length. A pool passed in keeps its own settings.
+RECONNECT_TIMEOUT = 1.5
+
+
+def reconnect_now(pool: ConnectionPool) -> None:
+    """(The pool's ``reconnect_failed``, in one of its threads.) Try again now."""
+    if not pool.closed:
+        with suppress(PoolClosed):
+            pool.check()
+
+
 def make_pool(conninfo: str, *, max_size: int, transaction_pooling: bool = False) -> ConnectionPool:
     """The pool a queue opens for itself from a DSN."""
     return ConnectionPool(
@@ -80,6 +99,8 @@ def make_pool(conninfo: str, *, max_size: int, transaction_pooling: bool = False
         kwargs=pool_kwargs(connection_kwargs(conninfo), transaction_pooling=transaction_pooling),
         open=False,
         name="pgqueue",
+        reconnect_timeout=RECONNECT_TIMEOUT,
+        reconnect_failed=reconnect_now,
     )
 
 

@@ -134,6 +134,15 @@ class Queue:
         """
         self._driver.run(self.core.uninstall())
 
+    def grant(self, role: str, *, read_only: bool = False) -> list[str]:
+        """Grant ``role`` what the application and its workers need on this
+        queue (its schema, its tables, its id sequence; the history table's
+        rows if it has one), or with ``read_only`` what a reader needs
+        (``SELECT``, for monitoring or a read-only dashboard). Run it as the
+        owner, after `install`; it returns the ``GRANT`` statements it ran.
+        See docs/reliability.md, "Least privilege"."""
+        return self._driver.run(self.core.grant(role, read_only=read_only))
+
     def enqueue(
         self,
         kind: str,

@@ -1,6 +1,6 @@
 """A web dashboard for a pgqueue table, mountable in ASGI and WSGI apps.
 
-Install the ``web`` extra (``pip install 'pgqueue[web]'``), then::
+Install the ``web`` extra (``pip install 'pgqueue-jobs[web]'``), then::
 
     from pgqueue.web import Dashboard
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 try:
     import jinja2  # noqa: F401
 except ImportError as exc:  # pragma: no cover - depends on the install
-    raise ImportError("pgqueue.web needs the web extra: pip install 'pgqueue[web]'") from exc
+    raise ImportError("pgqueue.web needs the web extra: pip install 'pgqueue-jobs[web]'") from exc
 
 from .app import ADMIN, READ, Authorize, Dashboard
 from .http import Request, Response

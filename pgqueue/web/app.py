@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import logging
 import secrets
 import threading
@@ -25,11 +24,13 @@ from .. import __version__
 from ..aio.queue import AsyncQueue
 from ..core.dashboard import (
     CAP,
+    READ_ONLY_SETTINGS,
     SESSION_SETTINGS,
     BadFilter,
     DashboardCore,
     JobFilter,
     Throughput,
+    parse_id,
     parse_ids,
 )
 from ..core.events import ActionListener, ActionName, OperatorAction, check_listener
@@ -55,6 +56,8 @@ Authorize = Callable[[Request], str | None]
 """The hook every request goes through: `ADMIN`, `READ`, or None (refused)."""
 
 CSRF_COOKIE: Final = "pgqueue_csrf"
+# Seconds a request for a whole payload waits for the one being sent.
+RAW_WAIT: Final = 10.0
 STATIC: Final = {
     "htmx.min.js": "text/javascript; charset=utf-8",
     "pgqueue.js": "text/javascript; charset=utf-8",
@@ -113,8 +116,10 @@ class Dashboard:
     The dashboard opens a pool of its own (at most ``max_connections``) from
     the DSN, or from the conninfo of the queue given: autocommit, and the
     `pgqueue.core.dashboard.SESSION_SETTINGS` (a statement timeout among
-    them). ``secret`` signs the CSRF tokens: give the same one to every
-    process that serves the dashboard (default: random, per process).
+    them). With ``read_only=True`` every role is ``"read"`` and its sessions
+    are read-only in the database too (``default_transaction_read_only``).
+    ``secret`` signs the CSRF tokens: give the same one to every process
+    that serves the dashboard (default: random, per process).
     ``on_action`` receives an `pgqueue.OperatorAction` for every action,
     once it is written; every action is also logged (logger ``pgqueue.web``).
     Pages refresh every ``refresh`` seconds while their tab is visible.
@@ -134,6 +139,7 @@ class Dashboard:
         max_connections: int = 4,
         allowed_origins: Iterable[str] = (),
         login_challenge: str | None = None,
+        read_only: bool = False,
     ) -> None:
         if not callable(authorize):
             raise TypeError("authorize must be a callable: request -> 'admin', 'read' or None")
@@ -156,6 +162,7 @@ class Dashboard:
         self.visibility_timeout = visibility_timeout
         self.allowed_origins = frozenset(o.rstrip("/") for o in allowed_origins)
         self.login_challenge = login_challenge
+        self.read_only = bool(read_only)
         if isinstance(secret, str):
             secret = secret.encode()
         self._secret = secret or secrets.token_bytes(32)
@@ -167,17 +174,21 @@ class Dashboard:
             self._listeners = list(on_action)
         for fn in self._listeners:
             check_listener(fn)
-        self._driver = Driver(_dashboard_pool(conninfo, max_connections), owned=True)
+        self._driver = Driver(
+            _dashboard_pool(conninfo, max_connections, read_only=self.read_only), owned=True
+        )
         # Written and read under `_lock` (requests run in several threads).
         self._throughput = Throughput()
         self._lock = threading.Lock()
+        # A whole payload is the one answer whose size its data sets: one at
+        # a time, so that its memory is paid once however many are asked for.
+        self._raw = threading.Semaphore(1)
+        self.raw_wait = RAW_WAIT
         self._env = Environment(
             loader=PackageLoader("pgqueue.web", "templates"),
             autoescape=select_autoescape(default=True, default_for_string=True),
         )
-        self._env.filters.update(
-            ago=_ago, clock=_clock, when=_when, pretty=_pretty, compact=_compact, summary=_summary
-        )
+        self._env.filters.update(ago=_ago, clock=_clock, when=_when, summary=_summary)
         self._static = {
             name: resources.files("pgqueue.web").joinpath("static", name).read_bytes()
             for name in STATIC
@@ -203,6 +214,9 @@ class Dashboard:
         """Answer one request: authorize, check, route, render."""
         if request.method == "GET" and request.path.startswith("/static/"):
             return self._static_file(request.path[len("/static/") :])
+        odd = _odd_input(request)
+        if odd:
+            return _with_headers(Response.text(f"bad request: {odd}", 400))
         cookie = request.cookies.get(CSRF_COOKIE, "")
         new_cookie = None
         if len(cookie) != 43:
@@ -225,7 +239,7 @@ class Dashboard:
             response = self._page(
                 request, "error.html", cookie, status=503, problem=f"Database error: {exc}"
             )
-        response.headers += SECURITY_HEADERS
+        _with_headers(response)
         if new_cookie is not None:
             secure = "; Secure" if request.scheme == "https" else ""
             response.headers.append(
@@ -246,6 +260,8 @@ class Dashboard:
             return response
         if role not in ROLES:
             raise ValueError(f"authorize returned {role!r}; expected 'admin', 'read' or None")
+        if self.read_only:
+            role = READ
         path = request.path.rstrip("/") or "/"
         if request.method == "POST":
             action = ACTIONS.get(path)
@@ -262,9 +278,15 @@ class Dashboard:
             return Response.text("method not allowed", 405)
         view = PAGES.get(path)
         if view is None and path.startswith("/jobs/"):
-            job_id = path[len("/jobs/") :]
-            if job_id.isdigit():
-                return self._detail(request, role, cookie, int(job_id))
+            job_id, _, rest = path[len("/jobs/") :].partition("/")
+            try:
+                found = parse_id(job_id)
+            except BadFilter:
+                return Response.text("not found: no such job id", 404)
+            if rest == "payload.json":
+                return self._payload_json(found)
+            if not rest:
+                return self._detail(request, role, cookie, found)
         if view is None:
             return Response.text("not found", 404)
         return view(self, request, role, cookie)
@@ -284,7 +306,7 @@ class Dashboard:
         origin = origin.rstrip("/")
         if origin != request.origin and origin not in self.allowed_origins:
             return f"origin {origin} is not this dashboard's"
-        if not hmac.compare_digest(request.field("csrf"), self._token(cookie)):
+        if not hmac.compare_digest(request.field("csrf").encode(), self._token(cookie).encode()):
             return "missing or wrong CSRF token (reload the page)"
         return None
 
@@ -377,7 +399,7 @@ class Dashboard:
             try:
                 after = (
                     datetime.fromisoformat(request.arg("after_at")),
-                    int(request.arg("after_id")),
+                    parse_id(request.arg("after_id"), "after_id"),
                 )
             except ValueError:
                 raise BadFilter("after_at and after_id must be a timestamp and a job id") from None
@@ -404,6 +426,18 @@ class Dashboard:
             request, "limits.html", cookie, page="limits", role=role, limits=rows, now=None
         )
 
+    def _payload_json(self, job_id: int) -> Response:
+        """A job's whole payload, as the raw JSON its page links to (one at a time)."""
+        if not self._raw.acquire(timeout=self.raw_wait):
+            return Response.text("busy: whole payloads are sent one at a time; try again", 503)
+        try:
+            text = self._run(self.core.payload_json(job_id))
+            if text is None:
+                return Response.text("not found: the job is not in the table", 404)
+            return Response(200, text.encode(), [("content-type", "application/json")])
+        finally:
+            self._raw.release()
+
     def _detail(self, request: Request, role: str, cookie: str, job_id: int) -> Response:
         detail = self._run(self.core.detail(job_id))
         status = 200 if detail.job or detail.result or detail.history else 404
@@ -429,11 +463,7 @@ class Dashboard:
 
     def _back(self, request: Request, done: str, n: int | None = None) -> Response:
         """303 to the page the form came from (a path of this dashboard only)."""
-        target = request.field("next")
-        root = request.root
-        ok = target.startswith(root + "/") and not target.startswith("//") and "\\" not in target
-        base = target if ok else (root or "") + "/"
-        parts = urlsplit(base)
+        parts = urlsplit(_local(request.field("next"), request.root) or request.root + "/")
         query = [(k, v) for k, v in _pairs(parts.query) if k not in ("done", "n")]
         query.append(("done", done))
         if n is not None:
@@ -479,7 +509,8 @@ class Dashboard:
             count = self._run(self.core.count_dead(where))
             return self._page(
                 request, "confirm.html", cookie, page="dead", role=ADMIN, action=action,
-                where=where, matching=count, now=None, back=request.field("next"),
+                where=where, matching=count, now=None,
+                back=_local(request.field("next"), request.root),
             )  # fmt: skip
         done = self._run(self.core.on_every_dead(where, action))
         described = " ".join(f"{k}={v}" for k, v in where.as_query().items() if k != "status")
@@ -563,12 +594,11 @@ ACTIONS: Final[dict[str, Action]] = {
 }
 
 
-def _dashboard_pool(conninfo: str, max_size: int) -> ConnectionPool:
+def _dashboard_pool(conninfo: str, max_size: int, *, read_only: bool) -> ConnectionPool:
     """A pool of autocommit connections with the dashboard's session settings."""
     given = conninfo_to_dict(conninfo)
-    settings = " ".join(
-        f"-c {k}={v}" for k, v in SESSION_SETTINGS.items() if k != "application_name"
-    )
+    chosen = {**SESSION_SETTINGS, **(READ_ONLY_SETTINGS if read_only else {})}
+    settings = " ".join(f"-c {k}={v}" for k, v in chosen.items() if k != "application_name")
     options = f"{given.get('options', '')} {settings}".strip()
     kwargs = {
         **connection_kwargs(conninfo),
@@ -582,6 +612,40 @@ def _dashboard_pool(conninfo: str, max_size: int) -> ConnectionPool:
         conninfo, min_size=1, max_size=max_size, kwargs=kwargs, open=False,
         name="pgqueue-dashboard",
     )  # fmt: skip
+
+
+def _with_headers(response: Response) -> Response:
+    response.headers += SECURITY_HEADERS
+    return response
+
+
+def _control(text: str) -> bool:
+    return any(c < " " or c == "\x7f" for c in text)
+
+
+def _odd_input(request: Request) -> str | None:
+    """Why a request is refused before anything reads it (a control
+    character, CR/LF among them, in its path, query or form); None if fine."""
+    if _control(request.path):
+        return "a control character in the path"
+    for where, fields in (("query", request.query), ("form", request.form)):
+        for name, values in fields.items():
+            if _control(name) or any(_control(v) for v in values):
+                return f"a control character in the {where}"
+    return None
+
+
+def _local(target: str, root: str) -> str | None:
+    """``target`` if it is a path of this dashboard (no scheme, no other host,
+    ASCII only, no control character); else None."""
+    if not target.isascii() or _control(target) or "\\" in target:
+        return None
+    if not target.startswith(root + "/") or target.startswith("//"):
+        return None
+    parts = urlsplit(target)
+    if parts.scheme or parts.netloc:
+        return None
+    return target
 
 
 def _flat(query: dict[str, list[str]]) -> dict[str, str]:
@@ -601,11 +665,7 @@ def _int(text: str) -> int:
 
 def _before(request: Request) -> int | None:
     before = request.arg("before")
-    if not before:
-        return None
-    if not before.isdigit():
-        raise BadFilter("before must be a job id")
-    return int(before)
+    return parse_id(before, "before") if before else None
 
 
 def _ago(value: timedelta | datetime | None, now: datetime | None = None) -> str:
@@ -642,12 +702,3 @@ def _summary(error: str | None) -> str:
     if not lines:
         return ""
     return lines[-1] if lines[0].startswith("Traceback") else lines[0]
-
-
-def _compact(value: Any) -> str:
-    """A payload on one line, as JSON text (escaped by the template, like all text)."""
-    return json.dumps(value, ensure_ascii=False, default=str)
-
-
-def _pretty(value: Any) -> str:
-    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)

@@ -11,14 +11,18 @@ threads of its own).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
 import anyio
 import anyio.to_thread
+import psycopg
 import pytest
 from prometheus_client import CollectorRegistry
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
 
 import pgqueue
 from pgqueue.prometheus import PrometheusMetrics
@@ -274,6 +278,77 @@ async def test_a_job_cancelled_before_a_runner_begins_it_never_runs(
     finally:
         release.set()
     assert ran == [] and raw.count() == 0
+
+
+@pytest.fixture
+def stranger(server_dsn: str, raw: Raw) -> Iterator[psycopg.Connection[Any]]:
+    """A login role with no grant at all: what any login may do to the queue."""
+    role = sql.Identifier(f"stranger_{uuid.uuid4().hex[:8]}")
+    raw.conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(role))
+    try:
+        with psycopg.connect(make_conninfo(server_dsn, user=role.as_string()[1:-1]),
+                             autocommit=True) as conn:  # fmt: skip
+            yield conn
+    finally:
+        raw.conn.execute(sql.SQL("DROP ROLE {}").format(role))
+
+
+async def test_notifications_from_a_role_with_no_grant_cancel_and_delete_nothing(
+    queue: Any, raw: Raw, backend: str, stranger: psycopg.Connection[Any]
+) -> None:
+    # SPEC §3: a notification is a hint, never an order. A role that cannot
+    # even read the table notifies every channel of the queue, naming the
+    # running job; it runs on. A real cancel of another job, notified after
+    # them, is handled after them and still reaches its handler.
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        stranger.execute(sql.SQL("SELECT 1 FROM {}").format(raw.table))
+    events = Events()
+    started, victim_started, release = threading.Event(), threading.Event(), threading.Event()
+    saw_cancel: list[bool] = []
+
+    def kept(job: pgqueue.Job) -> None:
+        started.set()
+        assert release.wait(PATIENCE)
+        saw_cancel.append(pgqueue.job_context().cancel_requested)
+
+    kept_id = await queue.enqueue("kept")
+
+    async def body() -> None:
+        await wait_for(started)
+        victim = await queue.enqueue("victim")  # claimed on its own: runs beside it
+        await wait_for(victim_started)
+        names = queue.core.sql
+        forged = [
+            (names.control_channel, str(kept_id)),
+            (names.control_channel, f"{kept_id},{victim}"),
+            (names.control_channel, ",".join(str(i) for i in range(1, 1000))),
+            (names.control_channel, "*"),
+            (names.control_channel, "all of them"),
+            (names.results_channel, str(kept_id)),
+            (names.channel, "kept"),
+            (names.channel, ""),
+        ]
+        for channel, payload in forged:
+            stranger.execute("SELECT pg_notify(%s, %s)", (channel, payload))
+        assert raw.rows("SELECT cancel_requested_at FROM {table} WHERE id = %s", kept_id) == [
+            (None,)
+        ]
+        await queue.cancel(victim)
+        await events.wait("cancelled", victim)
+        assert events.names(kept_id) == ["claimed"]
+        assert raw.rows("SELECT status FROM {table} WHERE id = %s", kept_id) == [("running",)]
+        release.set()
+        await events.wait("succeeded", kept_id)
+
+    handlers = {"kept": kept, "victim": stop_on_cancel(victim_started)}
+    worker = WorkerUnderTest(backend, queue, handlers, on_event=events, concurrency=2)
+    try:
+        await running(worker, body)
+    finally:
+        release.set()
+    assert saw_cancel == [False]
+    assert events.names(kept_id) == ["claimed", "succeeded"]
+    assert raw.count() == 0
 
 
 @pytest.mark.parametrize("style", ["async", "plain"])

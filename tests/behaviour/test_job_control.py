@@ -190,13 +190,27 @@ async def test_a_failure_of_a_cancelled_running_job_deletes_it(
         await queue.fail(job, "twice")
 
 
-async def test_a_worker_that_reports_a_cancel_deletes_the_job_without_a_request(
-    queue: Any, raw: Raw
+@pytest.mark.parametrize(("max_attempts", "status"), [(5, "pending"), (1, "dead")])
+async def test_a_cancel_the_table_did_not_request_is_a_plain_failure(
+    queue: Any, raw: Raw, max_attempts: int, status: str
 ) -> None:
-    job_id = await queue.enqueue("k", max_attempts=5, result_ttl=KEEP)
+    # A worker that reports a cancel with no request in the table trusted
+    # a forged notification (anyone may send one): the job is not deleted.
+    job_id = await queue.enqueue("k", max_attempts=max_attempts, result_ttl=KEEP)
     [job] = await queue.claim(worker="w")
     failure = queue.core.failure(job, "JobCancelled", event=pgqueue.core.states.Event.CANCEL)
     assert failure.status is JobStatus.CANCELLED
+    assert await queue.settle([], [failure], worker="w") == ([], {job_id: JobStatus(status)})
+    assert raw.rows("SELECT status, attempts FROM {table}") == [(status, 1)]
+    result = await queue.result(job_id)
+    assert result.outcome == status
+
+
+async def test_a_cancel_the_table_requested_deletes_the_job(queue: Any, raw: Raw) -> None:
+    job_id = await queue.enqueue("k", max_attempts=5, result_ttl=KEEP)
+    [job] = await queue.claim(worker="w")
+    await queue.cancel(job_id)
+    failure = queue.core.failure(job, "JobCancelled", event=pgqueue.core.states.Event.CANCEL)
     assert await queue.settle([], [failure], worker="w") == ([], {job_id: JobStatus.CANCELLED})
     assert raw.count() == 0
     result = await queue.result(job_id)

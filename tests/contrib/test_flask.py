@@ -165,12 +165,32 @@ def test_worker_command_refuses_bad_options_before_running(app: Flask) -> None:
     assert "cannot build the worker" in bad.output
 
 
+def test_worker_processes_need_an_app_they_can_load_themselves(app: Flask) -> None:
+    runner = app.test_cli_runner()  # the app comes from a function, not an import path
+    bad = runner.invoke(args=["pgqueue", "worker", "--processes", "2"])
+    assert bad.exit_code == 2
+    assert "--processes needs the app named by --app or FLASK_APP" in bad.output
+    bad = runner.invoke(args=["pgqueue", "worker", "--max-jobs-per-child", "3"])
+    assert bad.exit_code == 2
+    assert "--max-jobs-per-child needs --processes" in bad.output
+
+
 def test_bad_settings_are_refused_at_init_app(dsn: str, pgq: PgQueue) -> None:
     cases: list[tuple[dict[str, Any], type[Exception], str]] = [
         ({}, ValueError, "PGQUEUE_DSN is not set"),
         ({"PGQUEUE_DSN": dsn, "PGQUEUE_TABLE": "jobs; DROP TABLE x"}, ValueError, "table"),
         ({"PGQUEUE_DSN": dsn, "PGQUEUE_MAX_CONNECTIONS": 0}, ValueError, "MAX_CONNECTIONS"),
         ({"PGQUEUE_DSN": dsn, "PGQUEUE_WORKER": 4}, TypeError, "PGQUEUE_WORKER"),
+        (
+            {"PGQUEUE_DSN": dsn, "PGQUEUE_WORKER": {"concurency": 8}},
+            TypeError,
+            "PGQUEUE_WORKER: unknown worker option 'concurency' \\(did you mean 'concurrency'",
+        ),
+        (
+            {"PGQUEUE_DSN": dsn, "PGQUEUE_WORKER": {"concurrency": 0}},
+            ValueError,
+            "PGQUEUE_WORKER: concurrency must be at least 1",
+        ),
         ({"PGQUEUE_DSN": dsn, "PGQUEUE_TRANSACTION_POOLING": "yes"}, TypeError, "POOLING"),
     ]
     for config, error, message in cases:

@@ -80,6 +80,22 @@ def test_committed_session_commits_its_job_with_its_rows(
     assert raw.rows(f'SELECT item FROM "{orders}"') == [("teapot",)]
 
 
+def test_a_session_connection_given_as_is_names_the_helper_and_writes_nothing(
+    engine: Engine, queue: pgqueue.Queue, raw: Raw
+) -> None:
+    with (
+        Session(engine) as session,
+        session.begin(),
+        pytest.raises(
+            TypeError,
+            match=r"sqlalchemy\..*Connection; from a SQLAlchemy "
+            r"session, pass pgqueue\.contrib\.sqlalchemy\.psycopg_connection",
+        ),
+    ):
+        queue.enqueue("send_receipt", conn=session.connection())  # type: ignore[arg-type]
+    assert raw.count() == 0
+
+
 def test_rolled_back_session_leaves_no_job(
     engine: Engine, queue: pgqueue.Queue, orders: str, raw: Raw
 ) -> None:

@@ -185,6 +185,13 @@ class Proxy:
                 continue
             link = _Link(client, server)
             with self._lock:
+                if self._refusing.is_set():
+                    # Refused (and maybe frozen) while this one was connecting:
+                    # it must not slip through as the one live connection.
+                    self.refused += 1
+                    server.close()
+                    _reset(client)
+                    continue
                 self._links = {lk for lk in self._links if not lk.closed.is_set()}
                 self._links.add(link)
                 self.forwarded += 1

@@ -286,3 +286,36 @@ def test_the_hostile_strings_are_what_they_claim() -> None:
     # Guards the fixed cases above against an editor that "cleans" them.
     assert "\x00" in NASTY_TEXT[4] and "\ud800" in NASTY_TEXT[9]
     assert len(NASTY_TEXT[10]) > pgqueue.core.jobs.MAX_KIND_LENGTH
+
+
+@pytest.mark.parametrize(
+    "name", ["a\nforged line", "cr\rhere", "tab\there", "esc\x1b[31m", "nel\x85"]
+)
+async def test_a_queue_or_schedule_name_with_a_control_character_is_refused(
+    queue: Any, table_state: Table, name: str
+) -> None:
+    # Such a name would reach log lines and pages as it is: a newline forges a line.
+    with pytest.raises(ValueError, match="queue name must not contain control characters"):
+        await queue.enqueue("k", queue=name)
+    with pytest.raises(ValueError, match="queue name must not contain control characters"):
+        await queue.enqueue_many([JobSpec("k", queue=name)])
+    with pytest.raises(ValueError, match="queue name must not contain control characters"):
+        await queue.pause_queue(name)
+    with pytest.raises(ValueError, match="schedule name must not contain control characters"):
+        await queue.pause_schedule(name)
+    assert table_state.jobs() == 0 and table_state.intact()
+    pause_records = sql.SQL("SELECT count(*) FROM {}").format(
+        sql.Identifier(f"{table_state.name}_queues")
+    )
+    assert table_state.raw.conn.execute(pause_records).fetchone() == (0,)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["pg_temp.jobs", "PG_TEMP.jobs", "pg_temp_3.jobs", "pg_catalog.jobs", "pg_toast.jobs",
+     "information_schema.jobs"],
+)  # fmt: skip
+def test_a_table_in_a_temporary_or_system_schema_is_refused(name: str) -> None:
+    # pg_temp would take the jobs away with the connection that wrote them.
+    with pytest.raises(ValueError, match="in a temporary or system schema"):
+        pgqueue.core.ops.QueueCore(name)

@@ -10,6 +10,8 @@ runtime needs beyond the documented grants fails this test.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -39,9 +41,10 @@ GRANTS = (
 HISTORY_GRANT = "GRANT SELECT, INSERT, DELETE ON {history} TO {role}"
 
 
-@pytest.fixture
-def runtime_dsn(dsn: str, table: str, raw: Raw) -> Iterator[str]:
-    """A login role with the documented grants on an installed queue, and its DSN."""
+@pytest.fixture(params=["documented", "pgqueue grant"])
+def runtime_dsn(request: pytest.FixtureRequest, dsn: str, table: str, raw: Raw) -> Iterator[str]:
+    """A login role with the documented grants on an installed queue (typed in
+    by hand, or given by ``pgqueue grant ROLE``), and its DSN."""
     with pgqueue.Queue(dsn, table=table) as owner:
         owner.install()
     role = f"pgqueue_rt_{uuid.uuid4().hex[:8]}"
@@ -58,13 +61,58 @@ def runtime_dsn(dsn: str, table: str, raw: Raw) -> Iterator[str]:
         "slots": sql.Identifier(f"{table}_limit_slots"),
     }
     raw.conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(names["role"]))
-    for grant in (*GRANTS, HISTORY_GRANT):
-        raw.conn.execute(sql.SQL(grant).format(**names))
+    if request.param == "documented":
+        for grant in (*GRANTS, HISTORY_GRANT):
+            raw.conn.execute(sql.SQL(grant).format(**names))
+    else:
+        pgqueue_command("grant", role, "--dsn", dsn, "--table", table)
     try:
         yield make_conninfo(dsn, user=role)
     finally:
         raw.conn.execute(sql.SQL("DROP OWNED BY {role}").format(**names))
         raw.conn.execute(sql.SQL("DROP ROLE {role}").format(**names))
+
+
+def pgqueue_command(*args: str) -> str:
+    """Run the ``pgqueue`` command of this interpreter; its output, once it succeeded."""
+    done = subprocess.run([sys.executable, "-m", "pgqueue", *args], capture_output=True,
+                          text=True, timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_a_read_only_role_reads_the_queue_and_changes_nothing(
+    dsn: str, table: str, raw: Raw
+) -> None:
+    with pgqueue.Queue(dsn, table=table, history=True) as owner:
+        owner.install()
+        job_id = owner.enqueue("k", {"n": 1})
+    role = f"pgqueue_ro_{uuid.uuid4().hex[:8]}"
+    raw.conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+    try:
+        printed = pgqueue_command("grant", role, "--read-only", "--dsn", dsn, "--table", table)
+        assert "GRANT SELECT ON" in printed and "INSERT" not in printed
+        with pgqueue.Queue(make_conninfo(dsn, user=role), table=table) as reader:
+            assert reader.get(job_id) is not None
+            assert reader.stats().by_status[pgqueue.JobStatus.PENDING] == 1
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                reader.enqueue("k")
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                reader.claim(1)
+        assert raw.rows("SELECT id, status FROM {table}") == [(job_id, "pending")]
+    finally:
+        raw.conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+        raw.conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def test_grant_refuses_bad_input_before_anything_is_written(dsn: str, table: str) -> None:
+    with pgqueue.Queue(dsn, table=table) as q:
+        with pytest.raises(ValueError, match="invalid role name"):
+            q.grant("")
+        with pytest.raises(TypeError, match="read_only must be a bool"):
+            q.grant("app", read_only="yes")  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="not installed"):
+            q.grant("app")
 
 
 def fails(_: pgqueue.Job) -> None:

@@ -31,6 +31,9 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
+from pgqueue.core.worker import ABORT_FLUSH, CLAIM_CUT, FLUSH_DEADLINE
+from pgqueue.sync.driver import RECONNECT_TIMEOUT
+
 from ..conftest import SELECTED
 from .conftest import Fleet, Report, Worker
 from .proxy import Proxy
@@ -212,15 +215,17 @@ BACKENDS = ("sync", "asyncio", "trio")
 # Longer than psycopg_pool's 30 s wait for a connection, which once ended a start.
 REFUSED_FOR = 35.0
 # From the first connection the proxy accepts to a worker's first job: the
-# pool reconnects on psycopg_pool's own backoff (1 s doubling, whatever the
-# worker's), so the next attempt may come about as long after the outage
-# as the outage lasted; then a claim, and the worker's retry backoff.
-FIRST_JOB_BOUND = REFUSED_FOR + 30.0
+# pool tries to connect every one or two seconds however long the outage
+# (RECONNECT_TIMEOUT), the claim waiting for a connection takes the first;
+# 10 s of slack for a busy machine.
+FIRST_JOB_BOUND = 2 * RECONNECT_TIMEOUT + 10.0
 GRACE = 5.0
-# A stop while every connection is refused: the grace period, or the end of
-# the claim's wait for a connection (psycopg_pool's 30 s) where that claim
-# waits in a thread (sync, trio), and some slack.
-REFUSED_STOP_BOUND = GRACE + 30.0 + 15.0
+# A stop while every connection is refused, with no job running: the claim
+# waiting for a connection is given up after CLAIM_CUT, whatever the grace
+# period (the quitters keep the default 30 s, longer than the bound), and
+# some slack for a busy machine and the process's own exit.
+QUITTER_GRACE = 30.0
+REFUSED_STOP_BOUND = CLAIM_CUT + 10.0
 RETRY_LINE = re.compile(r"claim failed \(.*\); retrying in [\d.]+s")
 
 
@@ -258,7 +263,8 @@ def test_workers_started_while_the_database_refuses_connections_work_once_it_acc
            "REL_GRACE_PERIOD": str(GRACE)}  # fmt: skip
     started = time.monotonic()
     workers = {b: fleet.start(b, dsn=proxy.dsn(), **env) for b in BACKENDS}
-    quitters = {b: fleet.start(b, dsn=proxy.dsn(), **env) for b in BACKENDS}
+    quitting = {**env, "REL_GRACE_PERIOD": str(QUITTER_GRACE)}
+    quitters = {b: fleet.start(b, dsn=proxy.dsn(), **quitting) for b in BACKENDS}
 
     # A SIGTERM while every connection is refused, once the claim is seen stuck.
     for w in quitters.values():
@@ -388,18 +394,17 @@ def test_half_open_connections_cost_a_call_timeout_and_lose_no_job(
 # -- 14. SIGTERM while the database is unreachable ------------------------------------------
 
 STOP_GRACE = 2.0
-FLUSH_DEADLINE = 10.0  # pgqueue.core.worker.FLUSH_DEADLINE
 STOP_LEASE = 5.0
 # run() returns after the grace period and at most FLUSH_DEADLINE of trying
-# to write; 15 s of slack for a busy machine and the process's own exit.
-UNREACHABLE_STOP_BOUND = STOP_GRACE + FLUSH_DEADLINE + 15.0
+# to write; 10 s of slack for a busy machine and the process's own exit.
+UNREACHABLE_STOP_BOUND = STOP_GRACE + FLUSH_DEADLINE + 10.0
 # A second SIGTERM: the jobs are interrupted at once; the outcomes then get
-# at most the flush deadline.
-SECOND_SIGNAL_BOUND = FLUSH_DEADLINE + 15.0
+# at most ABORT_FLUSH.
+SECOND_SIGNAL_BOUND = ABORT_FLUSH + 10.0
 # Jobs whose outcome was never written run again once their lease expires
 # and a reaper returns them (one reap interval, lease / 2), one by one.
 COME_BACK_BOUND = 2 * STOP_LEASE + 30.0
-GAVE_UP = re.compile(r"gave up writing (\d+) outcomes after \d+s; those jobs come back when "
+GAVE_UP = re.compile(r"gave up writing (\d+) outcomes after [\d.]+s; those jobs come back when "
                      r"their lease expires: (.*)")  # fmt: skip
 LONG_JOB = {"seconds": 60, "retry_seconds": 0}  # runs long the first time only
 

@@ -12,7 +12,7 @@ import pgqueue
 from pgqueue.core import dashboard as dashboard_core
 from pgqueue.core.dashboard import DashboardCore, JobFilter
 from pgqueue.core.events import ActionName, OperatorAction
-from pgqueue.core.plans import Query
+from pgqueue.core.plans import Operation, Plan, Query
 from pgqueue.core.schedules import validate_schedule
 from pgqueue.web import Dashboard
 
@@ -94,7 +94,7 @@ def test_job_browser_filters_and_pages_by_keyset(queue: pgqueue.Queue, operator:
 def test_bad_filter_is_a_clear_400(operator: Operator) -> None:
     for query, message in [
         ("status=zombie", "zombie"),
-        ("payload=%7Bnot+json", "not JSON"),
+        ("payload=%7Bnot+json", "not valid JSON"),
         ("before=abc", "before must be a job id"),
     ]:
         response = operator.get(f"/jobs?{query}")
@@ -294,7 +294,7 @@ def test_dead_jobs_are_found_through_their_index(queue: pgqueue.Queue, raw: Raw)
     steps = [
         next(core.count_dead(JobFilter()).plan),
         next(core.jobs(JobFilter(status=pgqueue.JobStatus.DEAD)).plan),
-        Query(core.dead_groups, (10,)),  # the overview's count of dead jobs
+        Query(core.dead_groups, (10, 10)),  # the overview's count of dead jobs
     ]
     raw.conn.execute("SET enable_seqscan = off")  # a tiny table: can the index serve?
     for step in steps:
@@ -302,3 +302,37 @@ def test_dead_jobs_are_found_through_their_index(queue: pgqueue.Queue, raw: Raw)
         query, params = step.query, step.params
         plan = raw.conn.execute(b"EXPLAIN " + query, params).fetchall()
         assert f"{queue.table}_dead" in str(plan), plan
+
+
+def settings_of(dashboard: Dashboard) -> dict[str, str]:
+    """The session settings of a connection of the dashboard's pool."""
+
+    def plan() -> Plan[dict[str, str]]:
+        rows = yield Query(
+            b"SELECT name, setting FROM pg_settings WHERE name IN"
+            b" ('max_parallel_workers_per_gather', 'default_transaction_read_only',"
+            b" 'statement_timeout')"
+        )
+        return dict(rows)
+
+    result: dict[str, str] = dashboard._run(Operation(plan()))
+    return result
+
+
+def test_sessions_take_no_parallel_worker_and_read_only_ones_are_read_only_in_the_database(
+    queue: pgqueue.Queue,
+) -> None:
+    with Dashboard(queue, authorize=lambda r: "admin") as dashboard:
+        assert settings_of(dashboard) == {
+            "max_parallel_workers_per_gather": "0",
+            "default_transaction_read_only": "off",
+            "statement_timeout": "2000",
+        }
+    with Dashboard(queue, authorize=lambda r: "admin", read_only=True) as dashboard:
+        assert settings_of(dashboard)["default_transaction_read_only"] == "on"
+        # An admin role is read-only here: no action is shown or taken.
+        operator = Operator(dashboard.wsgi)
+        assert "(read-only)" in operator.text("/")
+        job_id = dead_job(queue)
+        operator.get("/dead")
+        assert operator.post("/actions/retry", {"id": str(job_id)}).status_code == 403

@@ -62,7 +62,11 @@ def test_chart_has_a_bar_per_minute_and_escapes_its_labels() -> None:
     ("given", "message"),
     [
         ({"status": "zombie"}, "zombie"),
-        ({"payload": "{oops"}, "not JSON"),
+        ({"payload": "{oops"}, "not valid JSON"),
+        ({"payload": "[" * 1500 + "]" * 1500}, "nests deeper than 32"),
+        ({"payload": '{"a": NaN}'}, "NaN is not a JSON number"),
+        ({"payload": '{"a": 1e999}'}, "out of range"),
+        ({"payload": '["' + "x" * 5000 + '"]'}, "longer than 4096"),
         ({"queue": "x" * 300}, "longer than"),
         ({"unique_key": "a\x00b"}, "unique key"),
     ],

@@ -409,7 +409,7 @@ def test_the_keeper_beats_every_second_while_nobody_listens(
     assert beat_interval(short, listening=False) == 0.5  # never slower than the lease needs
 
 
-async def test_the_keeper_beats_at_once_when_listening_starts_or_stops() -> None:
+async def test_the_keeper_looks_at_once_when_listening_starts_or_stops() -> None:
     fake = FakeQueue()
     settings = WorkerSettings(name="w1", visibility_timeout=timedelta(hours=1))
     fake.add()
@@ -425,16 +425,46 @@ async def test_the_keeper_beats_at_once_when_listening_starts_or_stops() -> None
         async with anyio.create_task_group() as tg:
             tg.start_soon(keeper.run)
             fake.cancel(job.id)
-            beat = fake.started("heartbeat")
-            notifier._heard(False)  # the connection is lost: beat now, then look every second
-            await beat.wait()
-            # A look for cancels (a read), well before the next beat in 15 minutes.
+            look = fake.started("cancel_requests")
+            notifier._heard(False)  # the connection is lost: look now, then every second
+            await look.wait()
+            # And again a second later, well before the next beat in 15 minutes.
             await fake.started("cancel_requests").wait()
             notifier._heard(True)
-            beat = fake.started("heartbeat")
-            await beat.wait()  # listening again: one beat at once
+            await fake.started("cancel_requests").wait()  # listening again: a look at once
             tg.cancel_scope.cancel()
     assert asked and all(ids == [job.id] for ids in asked)
+    assert "heartbeat" not in fake.calls
+
+
+async def test_a_control_notification_is_a_hint_the_table_confirms() -> None:
+    # Anyone may notify: a notification naming a job held here makes the
+    # keeper look (a read), and only what the table says is cancelled.
+    fake = FakeQueue()
+    settings = WorkerSettings(name="w1", visibility_timeout=timedelta(hours=1))
+    fake.add(), fake.add()
+    requested, forged = fake._claim("w1", 2, None, None, orphans=False)
+    ledger: Ledger[Outcome] = Ledger()
+    ledger.claim([requested, forged])
+    notifier = Notifier("w1", fake, Wakeup(), anyio.Event(), holds=ledger.holds)
+    notifier.listening = True
+    asked: list[list[int]] = []
+    keeper = LeaseKeeper(settings, fake, Calls("w1", fake.table), ledger,
+                         lambda ids: asked.append(list(ids)), notifier)  # fmt: skip
+    with anyio.fail_after(PATIENCE):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(keeper.run)
+            notifier._hint([10_000, 10_001])  # no job held here: nothing to look at
+            assert not notifier.look_now._set
+            look = fake.started("cancel_requests")
+            notifier._hint([forged.id])  # held here, but no request in the table
+            await look.wait()
+            fake.cancel(requested.id)
+            look = fake.started("cancel_requests")
+            notifier._hint(None)  # "*": look at every job held here
+            await look.wait()
+            tg.cancel_scope.cancel()
+    assert asked == [[requested.id]]
 
 
 def test_control_notifications_name_job_ids_or_ask_for_a_look() -> None:

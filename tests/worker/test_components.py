@@ -4,6 +4,7 @@ in every phase, with no database (the behaviour suites run the real thing)."""
 from __future__ import annotations
 
 import logging
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -16,7 +17,7 @@ from pgqueue import JobStatus
 from pgqueue.aio.worker import crew as crew_module
 from pgqueue.aio.worker.calls import Calls
 from pgqueue.aio.worker.completer import Completer
-from pgqueue.aio.worker.flags import Broadcast
+from pgqueue.aio.worker.flags import Broadcast, call_soon
 from pgqueue.aio.worker.lease import LeaseKeeper
 from pgqueue.aio.worker.reporter import Reporter
 from pgqueue.core.ledger import Ledger, Phase
@@ -104,6 +105,54 @@ async def test_stop_with_a_claim_in_flight_releases_what_it_claimed() -> None:
     assert not fake.succeeded
 
 
+async def test_stop_gives_up_a_claim_that_does_not_return_whatever_the_grace_period(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A server that refuses or does not answer: the claim never returns. The
+    # grace period is the handlers' (none runs); the claim gets CLAIM_CUT.
+    monkeypatch.setattr(crew_module, "CLAIM_CUT", 0.2)
+    fake = FakeQueue()
+    fake.add(n=2)
+    gate = fake.hold("cycle")
+    entered = fake.started("cycle")
+    w = worker(fake, {"k": lambda job: None}, grace_period=PATIENCE * 10)
+    with anyio.fail_after(PATIENCE):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(w.run)
+            await entered.wait()
+            w.stop()
+    assert not gate.is_set()  # returned while the claim still waited
+
+
+async def test_a_second_stop_cuts_the_last_outcomes_short(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The database went away while a job ran: its outcome cannot be written.
+    # After an abort (a second signal) the flush gets ABORT_FLUSH, not the
+    # FLUSH_DEADLINE a graceful stop allows.
+    monkeypatch.setattr(crew_module, "FLUSH_DEADLINE", PATIENCE * 10)
+    monkeypatch.setattr(crew_module, "ABORT_FLUSH", 0.2)
+    fake = FakeQueue()
+    [job_id] = fake.add()
+    ran = anyio.Event()
+
+    async def handle(job: pgqueue.Job) -> None:
+        fake.down = True
+        ran.set()
+
+    w = worker(fake, {"k": handle})
+    with anyio.fail_after(PATIENCE):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(w.run)
+            await ran.wait()
+            w.stop()
+            assert w._crew is not None
+            w._crew.abort()  # as a second SIGINT does, before the flush begins
+    assert fake.status(job_id) is JobStatus.RUNNING  # it comes back through its lease
+    assert re.search(rf"gave up writing 1 outcomes after 0\.[2-9]s; those jobs come back when "
+                     rf"their lease expires: {job_id} \(k\)", caplog.text)  # fmt: skip
+
+
 async def test_stop_lets_running_jobs_finish_within_the_grace_period_then_interrupts() -> None:
     fake = FakeQueue()
     quick, slow = fake.add("quick")[0], fake.add("slow")[0]
@@ -153,8 +202,8 @@ async def test_stop_with_the_database_gone_returns_after_a_bounded_flush(
             w.stop()
     # Not written: the job comes back through its lease, as after a crash.
     assert fake.status(job_id) is JobStatus.RUNNING
-    assert f"gave up writing 1 outcomes after 0s; those jobs come back when their lease " \
-           f"expires: {job_id} (k)" in caplog.text  # fmt: skip
+    assert re.search(rf"gave up writing 1 outcomes after 0\.[5-9]s; those jobs come back when "
+                     rf"their lease expires: {job_id} \(k\)", caplog.text)  # fmt: skip
 
 
 async def test_claim_errors_are_retried_with_backoff(caplog: pytest.LogCaptureFixture) -> None:
@@ -291,3 +340,40 @@ async def test_a_job_claimed_again_while_still_running_here_is_given_back_not_a_
     # the job's second attempt (the first, whose lease expired, counts).
     assert runs == [1, 2]
     assert fake.succeeded == [job_id]
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "error", "message"),
+    [
+        ("concurrency", 0, ValueError, "concurrency must be at least 1, got 0"),
+        ("concurrency", "4", TypeError, "concurrency must be an int, not str"),
+        ("batch_size", -1, ValueError, "batch_size must be at least 1, got -1"),
+        ("poll_interval", 0, ValueError, "poll_interval must be positive"),
+        ("grace_period", "30", TypeError, "grace_period must be seconds or a timedelta"),
+    ],
+)
+def test_bad_worker_settings_are_named_in_the_error(
+    option: str, value: Any, error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=re.escape(message)):
+        worker(FakeQueue(), {"k": lambda job: None}, **{option: value})
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "trio"])
+def test_a_thread_hands_over_to_an_event_loop_without_waiting_even_once_it_ended(
+    loop: str,
+) -> None:
+    # The notifier's thread hands notifications over with call_soon: one
+    # that arrives as the worker's event loop ends must not wait forever.
+    ran: list[str] = []
+
+    async def hand_over_from_a_thread() -> anyio.lowlevel.EventLoopToken:
+        token = anyio.lowlevel.current_token()
+        done = anyio.Event()
+        await anyio.to_thread.run_sync(call_soon, token, lambda: (ran.append("run"), done.set()))
+        await done.wait()
+        return token
+
+    token = anyio.run(hand_over_from_a_thread, backend=loop)
+    call_soon(token, lambda: ran.append("after the end"))  # returns; never runs
+    assert ran == ["run"]

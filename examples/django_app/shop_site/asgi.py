@@ -1,8 +1,8 @@
 """The shop as an ASGI application, with pgqueue's dashboard under /pgqueue/.
 
-    pip install 'pgqueue[django,web]'
+    pip install 'pgqueue-jobs[django,web]'
     cd examples/django_app
-    DASHBOARD_TOKEN=change-me uvicorn shop_site.asgi:application
+    DASHBOARD_TOKEN=change-me-to-16-chars-or-more uvicorn shop_site.asgi:application
 
 Django has no mount: requests under /pgqueue/ go to the dashboard, the rest
 to Django. The dashboard shows the job table of the ``PGQUEUE`` setting and

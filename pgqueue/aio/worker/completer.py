@@ -11,6 +11,7 @@ lease, as after a crash.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -56,6 +57,10 @@ class Completer:
     slot_freed: Callable[[], None] = field(default=lambda: None)
     _ready: Wakeup = field(default_factory=Wakeup, init=False)  # set by `_add`, waited on by `run`
     _takes: int = field(default=0, init=False)  # statements that took outcomes (`run` reads it)
+    # The last flush's scope while it runs, and the latest it may end (set by
+    # `cut_flush_after`, a second signal): both written here only.
+    _flushing: anyio.CancelScope | None = field(default=None, init=False)
+    _flush_by: float = field(default=math.inf, init=False)
 
     @property
     def core(self) -> QueueCore:
@@ -222,10 +227,20 @@ class Completer:
                 self.reporter.retrying(what, exc, delay)
                 await anyio.sleep(delay)
 
+    def cut_flush_after(self, seconds: float) -> None:
+        """(Abort.) The last outcomes get at most ``seconds`` more, from now,
+        whether their flush runs already or not yet."""
+        self._flush_by = anyio.current_time() + seconds
+        if self._flushing is not None:
+            self._flushing.deadline = min(self._flushing.deadline, self._flush_by)
+
     async def flush(self, deadline: float) -> None:
         """(Shutdown, shielded.) Write every outcome left, giving up after
-        ``deadline`` seconds: those jobs come back through their lease."""
-        with anyio.move_on_after(deadline):
+        ``deadline`` seconds (or sooner, `cut_flush_after`): those jobs come
+        back through their lease."""
+        started = anyio.current_time()
+        with anyio.CancelScope(deadline=min(started + deadline, self._flush_by)) as scope:
+            self._flushing = scope
             while self.ledger.outcomes_pending():
                 if self.ledger.count(Phase.DONE):
                     await self._write_until_done("recording outcomes")
@@ -233,9 +248,9 @@ class Completer:
                     await self.progress.wait()
             return
         left = self.ledger.jobs(Phase.DONE, Phase.WRITING)
-        log.warning("worker %s: gave up writing %d outcomes after %.0fs; those jobs come back "
-                    "when their lease expires: %s", self.worker, len(left), deadline,
-                    describe_jobs(left))  # fmt: skip
+        log.warning("worker %s: gave up writing %d outcomes after %.1fs; those jobs come back "
+                    "when their lease expires: %s", self.worker, len(left),
+                    anyio.current_time() - started, describe_jobs(left))  # fmt: skip
 
 
 def _split(

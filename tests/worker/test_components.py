@@ -370,7 +370,13 @@ def test_a_thread_hands_over_to_an_event_loop_without_waiting_even_once_it_ended
     async def hand_over_from_a_thread() -> anyio.lowlevel.EventLoopToken:
         token = anyio.lowlevel.current_token()
         done = anyio.Event()
-        await anyio.to_thread.run_sync(call_soon, token, lambda: (ran.append("run"), done.set()))
+
+        def on_the_loop() -> None:
+            anyio.current_time()  # anyio code works there (a worker's stop() uses it)
+            ran.append("run")
+            done.set()
+
+        await anyio.to_thread.run_sync(call_soon, token, on_the_loop)
         await done.wait()
         return token
 

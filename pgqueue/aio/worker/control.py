@@ -7,17 +7,17 @@ one place that knows which run is current and how to reach its loop.
 
 from __future__ import annotations
 
+import functools
 import logging
 import signal
 import threading
 from collections.abc import Callable
-from contextlib import suppress
 
 import anyio
-import anyio.from_thread
 import anyio.lowlevel
 
 from .crew import Crew
+from .flags import call_soon
 
 __all__ = ["RunControl"]
 
@@ -66,8 +66,9 @@ class RunControl:
         if threading.get_ident() == self._loop_thread:
             action(crew)
         else:
-            with suppress(anyio.RunFinishedError):
-                anyio.from_thread.run_sync(action, crew, token=token)
+            # Without waiting: a run that ends meanwhile never runs it, and
+            # a caller waiting for that would wait forever.
+            call_soon(token, functools.partial(action, crew))
 
     async def on_signals(self, crew: Crew) -> None:
         """(The run, from the main thread.) SIGINT or SIGTERM stops gracefully;

@@ -9,8 +9,8 @@ no component keeps an event of its own and re-arms it by assignment.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
+from contextlib import suppress
 
 import anyio
 import anyio.lowlevel
@@ -20,17 +20,12 @@ __all__ = ["Broadcast", "Wakeup", "call_soon"]
 
 def call_soon(token: anyio.lowlevel.EventLoopToken, func: Callable[[], object]) -> None:
     """(From a thread.) Have the event loop of ``token`` run ``func`` soon,
-    in the order of the calls, and never wait for it: an event loop that
-    ends meanwhile never runs it, and a thread that waited for it (as
+    in the order of the calls, as anyio code (``anyio.current_time()`` and
+    the like work in it), and never wait for it: an event loop that ends
+    meanwhile never runs it, and a thread that waited for it (as
     `anyio.from_thread.run_sync` does) would wait forever."""
-    native = token.native_token
-    try:
-        if isinstance(native, asyncio.AbstractEventLoop):
-            native.call_soon_threadsafe(func)
-        else:  # trio's TrioToken, the other backend pgqueue runs on
-            native.run_sync_soon(func)  # type: ignore[attr-defined]
-    except RuntimeError:  # the loop is closed (trio.RunFinishedError is one too)
-        pass
+    with suppress(RuntimeError):  # the loop is closed (anyio.RunFinishedError is one)
+        token.backend_class.run_sync_soon(func, (), token.native_token)
 
 
 class Wakeup:

@@ -58,8 +58,8 @@ class Meter:
         self._wal = self._commits = 0
 
     def _read(self, query: bytes) -> int:
+        # A new connection each read: a new snapshot of the statistics.
         with psycopg.connect(self.dsn, autocommit=True) as conn:
-            conn.execute(b"SELECT pg_stat_clear_snapshot()")
             ((value,),) = conn.execute(query).fetchall()
             return int(value)
 

@@ -45,8 +45,8 @@ from .jobs import (
 )
 from .migrations import (
     SchemaNames,
-    grant_plan,
     contract_plan,
+    grant_plan,
     install_plan,
     pending_contract_plan,
     uninstall_plan,

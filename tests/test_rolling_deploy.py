@@ -39,7 +39,7 @@ from .sql_snapshot import _steps
 
 APP = Path(__file__).with_name("old_release_app.py")
 RELEASES = {
-    "previous": "86e133f478f01222da99c91de1f5ac9477d3222b",
+    "previous": "347bf606df6255845dceee4ba5731d8b9101454d",
     "before-7": "d46be7ee42d540c61479e276474d194ce8b6274d",
 }
 # Jobs each release enqueues: with twice as many pending, the planner reads

@@ -41,12 +41,13 @@ from .jobs import (
     validate_kind,
     validate_queue,
     validate_status,
-    validate_table_name,
 )
 from .jsontext import load_json
 from .ops import QueueCore
 from .plans import Operation, Plan, Query
-from .sql import HISTORY_COLUMNS, JOB_COLUMNS, _read
+from .schema.columns import HISTORY_COLUMNS, JOB_COLUMNS
+from .schema.columns import job_columns as _read
+from .schema.predicates import CLAIMABLE, DEAD, LIMITED, RUNNING
 
 __all__ = [
     "CAP",
@@ -382,9 +383,8 @@ class DashboardCore:
 
     def __init__(self, table: str = "pgqueue_jobs", *, history: bool = False) -> None:
         self.queue = QueueCore(table, history=history)
-        parts = validate_table_name(table)
-        name = parts[-1]
-        t = sql.Identifier(*parts)
+        n = self.queue.schema
+        t = n.table
         self._t = t
         self.regclass = self.queue.schema.regclass
         names: dict[str, sql.Composable] = {
@@ -395,10 +395,12 @@ class DashboardCore:
                 "CASE WHEN pg_column_size(payload) <= {} THEN payload::text END"
             ).format(sql.Literal(LISTED_BYTES)),
             "detail": sql.Literal(DETAIL_CHARS),
-            "queues": sql.Identifier(*parts[:-1], f"{name}_queues"),
-            "history": sql.Identifier(*parts[:-1], f"{name}_history"),
-            "results": sql.Identifier(*parts[:-1], f"{name}_results"),
-            "slots": sql.Identifier(*parts[:-1], f"{name}_limit_slots"),
+            "queues": n.queues,
+            "history": n.history,
+            "results": n.results,
+            "slots": n.limit_slots,
+            "running": sql.SQL(RUNNING),
+            "dead": sql.SQL(DEAD),
         }
         self._names = names
 
@@ -440,13 +442,13 @@ SELECT queue, status, count(*) FROM {table}
 SELECT queue, kind, n, sum(n) OVER () FROM (
     SELECT queue, kind, count(*) AS n FROM (
         SELECT queue, kind FROM {table}
-         WHERE status = 'running' AND locked_at IS NOT NULL LIMIT %s) AS s
+         WHERE {running} LIMIT %s) AS s
      GROUP BY 1, 2) AS g
  ORDER BY 1, 2 LIMIT %s""")
         self.dead_groups = render("""
 SELECT queue, kind, n, sum(n) OVER () FROM (
     SELECT queue, kind, count(*) AS n FROM (
-        SELECT queue, kind FROM {table} WHERE status = 'dead' LIMIT %s) AS s
+        SELECT queue, kind FROM {table} WHERE {dead} LIMIT %s) AS s
      GROUP BY 1, 2) AS g
  ORDER BY 1, 2 LIMIT %s""")
         # Pending jobs live in two partial indexes (migration 8): those
@@ -455,7 +457,7 @@ SELECT queue, kind, n, sum(n) OVER () FROM (
         # Each queue with unlimited pending jobs is found by a walk of the
         # claim index (one probe per queue) and its jobs counted up to a
         # cap; limited pending jobs are counted up to a cap, by queue.
-        unlimited = "status = 'pending' AND limit_key IS NULL"
+        unlimited = CLAIMABLE
         self.pending_queues = render(f"""
 WITH RECURSIVE q AS (
     (SELECT queue FROM {{table}} WHERE {unlimited} ORDER BY queue LIMIT 1)
@@ -472,7 +474,7 @@ SELECT q.queue, false, c.n, NULL::numeric
          LIMIT %(cap)s) AS s) AS c
 UNION ALL
 (SELECT queue, true, count(*), sum(count(*)) OVER () FROM (
-    SELECT queue FROM {{table}} WHERE status = 'pending' AND limit_key IS NOT NULL
+    SELECT queue FROM {{table}} WHERE {LIMITED}
      LIMIT %(cap)s) AS l
  GROUP BY queue ORDER BY queue LIMIT %(queues)s)""")
         self.pause_records = render("SELECT queue, paused FROM {queues} ORDER BY queue LIMIT %s")
@@ -497,7 +499,7 @@ SELECT now() - min(f.run_at) FROM (SELECT queue, priority FROM g LIMIT %s) AS g
         self.expired = render("""
 SELECT count(*) FROM (
     SELECT 1 FROM {table}
-     WHERE status = 'running' AND locked_at IS NOT NULL AND locked_at < now() - %s::interval
+     WHERE {running} AND locked_at < now() - %s::interval
      LIMIT %s) AS s""")
         # A job's page: the start of its payload, its result's value and its
         # error (each JSON text is made once, in the subquery).
@@ -520,7 +522,7 @@ SELECT outcome, attempts, left(last_error, {detail}), locked_by, finished_at FRO
         self.running_page = _listing(
             sql.SQL("""SELECT {cols}, {listed_text} AS payload_text,
        pg_column_size(payload) AS payload_size FROM {table}
- WHERE status = 'running' AND locked_at IS NOT NULL
+ WHERE {running}
    AND (%(after_at)s::timestamptz IS NULL OR (locked_at, id) > (%(after_at)s, %(after_id)s))
  ORDER BY locked_at, id LIMIT %(limit)s""").format(**names),
             sql.SQL("s.locked_at, s.id"),

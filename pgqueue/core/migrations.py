@@ -30,9 +30,19 @@ from typing import Final
 
 from psycopg import sql
 
-from .jobs import validate_table_name
 from .plans import Plan, Query
-from .sql import ORPHANED, UNIQUE_PREDICATES
+from .schema.names import TableNames
+from .schema.predicates import (
+    CLAIM_INDEX,
+    DEAD_INDEX,
+    LIMITED_INDEX,
+    ORPHANS_INDEX,
+    READY_INDEX,
+    RUNNING_INDEX,
+    UNIQUE_INDEXES,
+    UNLIMITED_INDEX,
+    Index,
+)
 
 __all__ = [
     "LATEST_VERSION",
@@ -65,119 +75,9 @@ class IncompatibleTable(SchemaError):
     """A table of the queue's name exists, but lacks a column a queue needs."""
 
 
-@dataclass(frozen=True, slots=True)
-class SchemaNames:
-    """The identifiers of one queue table's schema objects."""
-
-    table_name: str
-    table: sql.Identifier
-    ready_index: sql.Identifier
-    history: sql.Identifier
-    history_index: sql.Identifier
-    orphans_index: sql.Identifier
-    running_index: sql.Identifier
-    dead_index: sql.Identifier
-    claim_index: sql.Identifier
-    unique_queued_index: sql.Identifier
-    unique_active_index: sql.Identifier
-    queues: sql.Identifier
-    unique_leases: sql.Identifier
-    schedules: sql.Identifier
-    unlimited_index: sql.Identifier
-    limited_index: sql.Identifier
-    results: sql.Identifier
-    results_index: sql.Identifier
-    limits: sql.Identifier
-    limit_slots: sql.Identifier
-    versions: sql.Identifier
-    # The key of this table's rows in ``pgqueue_schema``, which lives in
-    # the same schema: the table's own name is unique there.
-    key: str
-    # The names quoted for ``::regclass`` and ``to_regclass``.
-    regclass: str
-    versions_regclass: str
-    running_index_regclass: str
-    dead_index_regclass: str
-    claim_index_regclass: str
-    unlimited_index_regclass: str
-    limited_index_regclass: str
-    unique_index_regclasses: dict[str, str]  # by scope
-
-    @classmethod
-    def for_table(cls, table: str) -> SchemaNames:
-        parts = validate_table_name(table)
-        schema, name = parts[:-1], parts[-1]
-        ident = sql.Identifier(*parts)
-        versions = sql.Identifier(*schema, "pgqueue_schema")
-        return cls(
-            table_name=table,
-            table=ident,
-            ready_index=sql.Identifier(f"{name}_ready"),
-            history=sql.Identifier(*schema, f"{name}_history"),
-            history_index=sql.Identifier(f"{name}_history_finished"),
-            orphans_index=sql.Identifier(f"{name}_orphans"),
-            running_index=sql.Identifier(f"{name}_running"),
-            dead_index=sql.Identifier(f"{name}_dead"),
-            claim_index=sql.Identifier(f"{name}_claim"),
-            unique_queued_index=sql.Identifier(f"{name}_unique_queued"),
-            unique_active_index=sql.Identifier(f"{name}_unique_active"),
-            queues=sql.Identifier(*schema, f"{name}_queues"),
-            unique_leases=sql.Identifier(*schema, f"{name}_unique_leases"),
-            schedules=sql.Identifier(*schema, f"{name}_schedules"),
-            unlimited_index=sql.Identifier(f"{name}_unlimited"),
-            limited_index=sql.Identifier(f"{name}_limited"),
-            results=sql.Identifier(*schema, f"{name}_results"),
-            results_index=sql.Identifier(f"{name}_results_expiry"),
-            limits=sql.Identifier(*schema, f"{name}_limits"),
-            limit_slots=sql.Identifier(*schema, f"{name}_limit_slots"),
-            versions=versions,
-            key=name,
-            regclass=ident.as_bytes(None).decode(),
-            versions_regclass=versions.as_bytes(None).decode(),
-            # An index lives in its table's schema.
-            running_index_regclass=_quoted(*schema, f"{name}_running"),
-            dead_index_regclass=_quoted(*schema, f"{name}_dead"),
-            claim_index_regclass=_quoted(*schema, f"{name}_claim"),
-            unlimited_index_regclass=_quoted(*schema, f"{name}_unlimited"),
-            limited_index_regclass=_quoted(*schema, f"{name}_limited"),
-            unique_index_regclasses={
-                scope: _quoted(*schema, f"{name}_unique_{scope}") for scope in UNIQUE_PREDICATES
-            },
-        )
-
-    def render(self, template: str) -> bytes:
-        return (
-            sql.SQL(template)
-            .format(
-                table=self.table,
-                ready_index=self.ready_index,
-                history=self.history,
-                history_index=self.history_index,
-                orphans_index=self.orphans_index,
-                running_index=self.running_index,
-                dead_index=self.dead_index,
-                claim_index=self.claim_index,
-                unique_queued_index=self.unique_queued_index,
-                unique_active_index=self.unique_active_index,
-                queues=self.queues,
-                unique_leases=self.unique_leases,
-                schedules=self.schedules,
-                unlimited_index=self.unlimited_index,
-                limited_index=self.limited_index,
-                results=self.results,
-                results_index=self.results_index,
-                limits=self.limits,
-                limit_slots=self.limit_slots,
-                orphaned=ORPHANED,
-                versions=self.versions,
-            )
-            .as_bytes(None)
-        )
-
-
-def _quoted(*parts: str) -> str:
-    """A name quoted as ``to_regclass`` reads it."""
-    return sql.Identifier(*parts).as_bytes(None).decode()
+# The identifiers of a queue table (`pgqueue.core.schema.names`), under
+# the name the migrations knew them by.
+SchemaNames = TableNames
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,12 +152,7 @@ SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute
             f"these columns must be: {', '.join(wrong)}"
         )
     # The ready index: only rows a worker may claim, so it tracks the backlog.
-    yield Query(
-        n.render(
-            "CREATE INDEX IF NOT EXISTS {ready_index} ON {table} (run_at, id)"
-            " WHERE status = 'pending'"
-        )
-    )
+    yield Query(READY_INDEX.create(n))
 
 
 # What each column's CHECK must allow; a table built by hand has none.
@@ -329,18 +224,7 @@ CREATE TABLE IF NOT EXISTS {history} (
 def _orphans_index(n: SchemaNames) -> Plan[None]:
     # The orphaned jobs waiting to run alone: few, and found without reading
     # the backlog, which a busy worker's look for them would otherwise scan.
-    yield Query(
-        n.render(
-            "CREATE INDEX IF NOT EXISTS {orphans_index} ON {table} (run_at, id)"
-            " WHERE status = 'pending' AND {orphaned}"
-        )
-    )
-
-
-# The running index as pg_get_indexdef shows it after " USING ".
-RUNNING_INDEX_DEFINITION: Final = (
-    "btree (locked_at) WHERE ((status = 'running'::text) AND (locked_at IS NOT NULL))"
-)
+    yield Query(ORPHANS_INDEX.create(n))
 
 
 def _running_index(n: SchemaNames) -> Plan[None]:
@@ -363,17 +247,8 @@ def _running_index(n: SchemaNames) -> Plan[None]:
     # On a big table, an operator builds it beforehand without blocking
     # writes (CREATE INDEX CONCURRENTLY, same name and definition), and this
     # migration keeps it; unless that build failed and left it unusable.
-    yield from _check_prebuilt_index(n, n.running_index_regclass, RUNNING_INDEX_DEFINITION)
-    yield Query(
-        n.render(
-            "CREATE INDEX IF NOT EXISTS {running_index} ON {table} (locked_at)"
-            " WHERE status = 'running' AND locked_at IS NOT NULL"
-        )
-    )
-
-
-# The dead index as pg_get_indexdef shows it after " USING ".
-DEAD_INDEX_DEFINITION: Final = "btree (id) WHERE (status = 'dead'::text)"
+    yield from _check_prebuilt_index(n, RUNNING_INDEX)
+    yield Query(RUNNING_INDEX.create(n))
 
 
 def _dead_index(n: SchemaNames) -> Plan[None]:
@@ -387,18 +262,15 @@ def _dead_index(n: SchemaNames) -> Plan[None]:
     #
     # On a big table, build it beforehand with CREATE INDEX CONCURRENTLY
     # (same name and definition); this migration keeps it.
-    yield from _check_prebuilt_index(n, n.dead_index_regclass, DEAD_INDEX_DEFINITION)
-    yield Query(
-        n.render("CREATE INDEX IF NOT EXISTS {dead_index} ON {table} (id) WHERE status = 'dead'")
-    )
+    yield from _check_prebuilt_index(n, DEAD_INDEX)
+    yield Query(DEAD_INDEX.create(n))
 
 
-def _check_prebuilt_index(
-    n: SchemaNames, name: str, definition: str, *, unique: bool = False
-) -> Plan[None]:
+def _check_prebuilt_index(n: SchemaNames, index: Index) -> Plan[None]:
     """Accept an index an operator built beforehand (CREATE INDEX CONCURRENTLY,
     same name and definition) so that ``CREATE INDEX IF NOT EXISTS`` keeps it;
     refuse one that is invalid, of another table, or another definition."""
+    name, definition, unique = n.index_regclass(index.suffix), index.shown, index.unique
     rows = yield Query(
         b"""
 SELECT i.indrelid IS NOT DISTINCT FROM %s::regclass, i.indisvalid,
@@ -428,22 +300,6 @@ SELECT i.indrelid IS NOT DISTINCT FROM %s::regclass, i.indisvalid,
             f"index {name} exists but is not the one pgqueue needs: it is {found}, not "
             f"{definition} (see docs/migrations.md); drop it and install again"
         )
-
-
-# The claim index as pg_get_indexdef shows it after " USING ".
-CLAIM_INDEX_DEFINITION: Final = (
-    "btree (queue, priority, run_at, id) WHERE (status = 'pending'::text)"
-)
-
-
-def unique_index_definition(scope: str) -> str:
-    """A unique index of migration 7 as pg_get_indexdef shows it after " USING "."""
-    return {
-        "queued": "btree (unique_key) WHERE ((unique_scope = 'queued'::text)"
-        " AND (status = 'pending'::text) AND (attempts = 0))",
-        "active": "btree (unique_key) WHERE ((unique_scope = 'active'::text)"
-        " AND (status = ANY (ARRAY['pending'::text, 'running'::text])))",
-    }[scope]
 
 
 def _queues_priorities_unique_schedules(n: SchemaNames) -> Plan[None]:
@@ -479,27 +335,15 @@ ALTER TABLE {table}
     # but the workers of the release before this one claim through the ready
     # index: it is dropped by this migration's contract step
     # (`_drop_ready_index`), once they are gone.
-    yield from _check_prebuilt_index(n, n.claim_index_regclass, CLAIM_INDEX_DEFINITION)
-    yield Query(
-        n.render(
-            "CREATE INDEX IF NOT EXISTS {claim_index} ON {table} (queue, priority, run_at, id)"
-            " WHERE status = 'pending'"
-        )
-    )
+    yield from _check_prebuilt_index(n, CLAIM_INDEX)
+    yield Query(CLAIM_INDEX.create(n))
     # Unique jobs. A job leaves its index's predicate for good when it
     # starts (queued: its first claim makes attempts > 0, and neither a
     # retry nor a release brings it back to 0) or ends (active: dead, or
     # deleted): no worker statement can collide with a newer duplicate.
-    for index, scope in (("{unique_queued_index}", "queued"), ("{unique_active_index}", "active")):
-        yield from _check_prebuilt_index(
-            n, n.unique_index_regclasses[scope], unique_index_definition(scope), unique=True
-        )
-        yield Query(
-            n.render(
-                f"CREATE UNIQUE INDEX IF NOT EXISTS {index} ON {{table}} (unique_key)"
-                f" WHERE {UNIQUE_PREDICATES[scope]}"
-            )
-        )
+    for index in UNIQUE_INDEXES.values():
+        yield from _check_prebuilt_index(n, index)
+        yield Query(index.create(n))
     # unique_for: the key is held for a window, even after its job is gone.
     yield Query(
         n.render("""
@@ -574,16 +418,6 @@ SELECT pg_get_userbyid(a.grantee), a.privilege_type
         )
 
 
-# The claim index of migration 8 as pg_get_indexdef shows it after " USING ".
-UNLIMITED_INDEX_DEFINITION: Final = (
-    "btree (queue, priority, run_at, id) WHERE ((status = 'pending'::text) AND (limit_key IS NULL))"
-)
-LIMITED_INDEX_DEFINITION: Final = (
-    "btree (limit_key, priority DESC, run_at, id)"
-    " WHERE ((status = 'pending'::text) AND (limit_key IS NOT NULL))"
-)
-
-
 def _cancel_results_limits(n: SchemaNames) -> Plan[None]:
     # Cancellation, results and limits (docs/cancel.md, docs/results.md,
     # docs/limits.md). Columns without defaults: adding them rewrites nothing.
@@ -617,23 +451,12 @@ SELECT conname FROM pg_constraint
     # The claim index, again: a job held back by a limit is claimed through
     # the limited index, by its key, when a slot is free; the claim of every
     # other job must not read past such jobs, so they leave its index.
-    yield from _check_prebuilt_index(n, n.unlimited_index_regclass, UNLIMITED_INDEX_DEFINITION)
-    yield Query(
-        n.render(
-            "CREATE INDEX IF NOT EXISTS {unlimited_index} ON {table} (queue, priority, run_at, id)"
-            " WHERE status = 'pending' AND limit_key IS NULL"
-        )
-    )
+    yield from _check_prebuilt_index(n, UNLIMITED_INDEX)
+    yield Query(UNLIMITED_INDEX.create(n))
     # The claim index stays until this migration's contract step
     # (`_drop_claim_index`): the release before reads it.
-    yield from _check_prebuilt_index(n, n.limited_index_regclass, LIMITED_INDEX_DEFINITION)
-    yield Query(
-        n.render(
-            "CREATE INDEX IF NOT EXISTS {limited_index} ON {table}"
-            " (limit_key, priority DESC, run_at, id)"
-            " WHERE status = 'pending' AND limit_key IS NOT NULL"
-        )
-    )
+    yield from _check_prebuilt_index(n, LIMITED_INDEX)
+    yield Query(LIMITED_INDEX.create(n))
     # Results of jobs enqueued with result_ttl, kept until expires_at.
     yield Query(
         n.render("""

@@ -10,85 +10,31 @@ composes nor escapes anything, and psycopg can prepare them by text.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from typing import Final
 
 from psycopg import sql
 
-from .jobs import LEASE_EXPIRED, MAX_IDENTIFIER_LENGTH, validate_table_name
-
-__all__ = ["JOB_COLUMNS", "ORPHANED", "UNIQUE_PREDICATES", "Statements"]
-
-# An orphaned job (`Job.orphaned`): its worker vanished holding it. The same
-# expression is the predicate of the ``<table>_orphans`` index (migration 5),
-# so that the claim of an orphan reads that small index.
-ORPHANED: Final = sql.SQL("starts_with(last_error, {})").format(sql.Literal(LEASE_EXPIRED))
-
-# The predicates of the unique indexes (migration 7), by scope. A job leaves
-# its predicate for good when it starts ("queued") or ends ("active").
-UNIQUE_PREDICATES: Final = {
-    "queued": "unique_scope = 'queued' AND status = 'pending' AND attempts = 0",
-    "active": "unique_scope = 'active' AND status IN ('pending', 'running')",
-}
-
-# The order `Job.from_row` reads.
-JOB_COLUMNS: Final = (
-    "id",
-    "kind",
-    "payload",
-    "attempts",
-    "max_attempts",
-    "status",
-    "run_at",
-    "last_error",
-    "locked_by",
-    "locked_at",
-    "created_at",
-    "queue",
-    "priority",
-    "unique_key",
-    "result_ttl",
-    "limit_key",
-    "cancel_requested",
-    "trace_context",
+from .jobs import validate_table_name
+from .schema.columns import (
+    HISTORY_COLUMNS,
+    INSERT_COLUMNS,
+    JOB_COLUMNS,
+    LEAVING_COLUMNS,
+    job_columns,
 )
-# Columns read as an expression (`Job` takes plain values): the rest are read as they are.
-_READ_AS: Final = {
-    "result_ttl": "extract(epoch FROM {}result_ttl)::float8",
-    "cancel_requested": "{}cancel_requested_at IS NOT NULL",
-}
+from .schema.names import TableNames, notification_channel
+from .schema.predicates import ORPHANED, UNIQUE_PREDICATES
 
-# The columns the history table copies from a job that leaves the queue.
-HISTORY_COLUMNS: Final = (
-    "id",
-    "kind",
-    "payload",
-    "attempts",
-    "max_attempts",
-    "last_error",
-    "locked_by",
-    "created_at",
-    "queue",
-    "priority",
-)
-
-# The columns `enqueue_many` writes, in the order of its COPY and unnest().
-INSERT_COLUMNS: Final = (
-    "id",
-    "kind",
-    "payload",
-    "run_at",
-    "max_attempts",
-    "queue",
-    "priority",
-    "result_ttl",
-    "limit_key",
-)
-# What a job that leaves the table (deleted) must tell the statement that
-# deleted it, beyond the history's columns: to free its limit's slot (fenced
-# by its attempt) and to keep its result.
-_LEAVING: Final = ("attempts", "kind", "queue", "limit_key", "result_ttl", "last_error")
+__all__ = [
+    "HISTORY_COLUMNS",
+    "INSERT_COLUMNS",
+    "JOB_COLUMNS",
+    "ORPHANED",
+    "UNIQUE_PREDICATES",
+    "Statements",
+    "notification_channel",
+]
 
 RELOAD_CONF: Final = b"SELECT pg_reload_conf()"
 # What ``pgqueue bench`` reads around a run: the WAL written (bytes) and the
@@ -127,34 +73,7 @@ def _history_copy(history: sql.Identifier | None, source: str, outcome: str) -> 
     )
 
 
-def _read(prefix: str = "") -> sql.Composable:
-    """`JOB_COLUMNS` as a select list (of the row ``prefix``, if given)."""
-    row = f"{prefix}." if prefix else ""
-    return sql.SQL(", ").join(
-        sql.SQL(_READ_AS[c].format(row) + " AS {}").format(sql.Identifier(c))
-        if c in _READ_AS
-        else (sql.Identifier(prefix, c) if prefix else sql.Identifier(c))
-        for c in JOB_COLUMNS
-    )
-
-
-def notification_channel(table: str) -> str:
-    """The LISTEN/NOTIFY channel of a queue table: one per table, so queues
-    in one database do not wake each other.
-
-    A channel name is an identifier of at most 63 bytes (`pg_notify` refuses
-    a longer one, `LISTEN` truncates it); a longer ``schema.table`` keeps
-    its first 54 characters and gets a digest of the whole name.
-
-    >>> notification_channel("app.jobs")
-    'app.jobs'
-    >>> len(notification_channel("s" * 40 + "." + "t" * 40))
-    63
-    """
-    if len(table) <= MAX_IDENTIFIER_LENGTH:
-        return table
-    digest = hashlib.sha256(table.encode()).hexdigest()[:8]
-    return f"{table[: MAX_IDENTIFIER_LENGTH - 9]}_{digest}"
+_read = job_columns
 
 
 class Statements:
@@ -165,18 +84,14 @@ class Statements:
     """
 
     def __init__(self, table: str, *, history: bool = False) -> None:
-        parts = validate_table_name(table)
+        n = TableNames.for_table(table)
         self.table_name = table
         self.history = history
-        self.channel = notification_channel(table)
-        # Cancel requests for running jobs (payload: their ids), heard by
-        # workers beside `channel` but waking no claim; and results kept
-        # (payload: the job's id), heard by `wait`.
-        self.control_channel = notification_channel(f"{table}:control")
-        self.results_channel = notification_channel(f"{table}:results")
-        name = parts[-1]
-        t = sql.Identifier(*parts)
-        history_table = sql.Identifier(*parts[:-1], f"{name}_history")
+        self.channel = n.channel
+        self.control_channel = n.control_channel
+        self.results_channel = n.results_channel
+        t = n.table
+        history_table = n.history
         cols = _read()
         jcols = _read("j")
         names = {
@@ -185,12 +100,12 @@ class Statements:
             "jcols": jcols,
             "insert_cols": sql.SQL(", ").join(sql.Identifier(c) for c in INSERT_COLUMNS),
             "history": history_table,
-            "queues": sql.Identifier(*parts[:-1], f"{name}_queues"),
-            "leases": sql.Identifier(*parts[:-1], f"{name}_unique_leases"),
-            "schedules": sql.Identifier(*parts[:-1], f"{name}_schedules"),
-            "results": sql.Identifier(*parts[:-1], f"{name}_results"),
-            "limits": sql.Identifier(*parts[:-1], f"{name}_limits"),
-            "slots": sql.Identifier(*parts[:-1], f"{name}_limit_slots"),
+            "queues": n.queues,
+            "leases": n.unique_leases,
+            "schedules": n.schedules,
+            "results": n.results,
+            "limits": n.limits,
+            "slots": n.limit_slots,
             "results_channel": sql.Literal(self.results_channel),
             "jobs_channel": sql.Literal(self.channel),
         }
@@ -201,7 +116,7 @@ class Statements:
             sql.Identifier(c) for c in (HISTORY_COLUMNS if history else ("id",))
         )
         gone_cols = HISTORY_COLUMNS if history else ("id",)
-        leaving_cols = gone_cols + tuple(c for c in _LEAVING if c not in gone_cols)
+        leaving_cols = gone_cols + tuple(c for c in LEAVING_COLUMNS if c not in gone_cols)
         names["leaving"] = sql.SQL(", ").join(sql.Identifier(c) for c in leaving_cols)
         names["leaving_j"] = sql.SQL(", ").join(sql.SQL(f"j.{c}") for c in leaving_cols)
         # The same, for a job whose worker reported why it ended (failures):
@@ -209,7 +124,7 @@ class Statements:
         names["leaving_f"] = sql.SQL(", ").join(
             sql.SQL(f"j.{c}") for c in leaving_cols if c != "last_error"
         ) + sql.SQL(",\n              COALESCE(f.error, j.last_error) AS last_error")
-        self.claim_index_name = f"{name}_unlimited"
+        self.claim_index_name = n.index_name("unlimited")
 
         # One job, announced in the same statement; the notification is
         # delivered when the caller's transaction commits, never before.

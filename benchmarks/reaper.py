@@ -118,7 +118,9 @@ def measure(dsn: str, case: str, args: argparse.Namespace) -> list[Result]:
                     )
                     with conn.transaction():
                         started = time.perf_counter()
-                        conn.execute(q.core.sql.expired, (VISIBILITY_TIMEOUT,)).fetchall()
+                        conn.execute(
+                            q.core.sql.maintenance.expired, (VISIBILITY_TIMEOUT,)
+                        ).fetchall()
                         times.append((time.perf_counter() - started) * 1000)
                 raw(
                     "UPDATE {table} SET locked_at = now() - interval '1 hour'"

@@ -44,9 +44,7 @@ def snapshot_path(name: str) -> Path:
 
 def _statements(table: str, history: bool, shapes: bool) -> Iterator[tuple[str, bytes]]:
     statements = Statements(table, history=history)
-    for name, value in sorted(vars(statements).items()):
-        if name.startswith("_"):
-            continue  # a cache of what is listed below
+    for name, value in sorted(statements.every().items()):
         if isinstance(value, bytes):
             yield name, value
         elif isinstance(value, dict):

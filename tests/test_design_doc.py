@@ -36,7 +36,7 @@ def normalize(text: str) -> str:
 def code_statements() -> set[str]:
     found = {
         normalize(v.decode())
-        for value in vars(Statements("pgqueue_jobs")).values()
+        for value in Statements("pgqueue_jobs").every().values()
         for v in (value.values() if isinstance(value, dict) else [value])
         if isinstance(v, bytes)
     }

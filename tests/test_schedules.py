@@ -267,7 +267,7 @@ def normalize(text: str) -> str:
 def test_the_sql_in_docs_schedules_is_the_sql_the_code_runs() -> None:
     rendered = {
         normalize(v.decode())
-        for value in vars(Statements("pgqueue_jobs")).values()
+        for value in Statements("pgqueue_jobs").every().values()
         for v in (value.values() if isinstance(value, dict) else [value])
         if isinstance(v, bytes)
     }

@@ -742,7 +742,9 @@ SELECT coalesce(array_agg(id ORDER BY id), '{{{{}}}}') FROM purged""")
         def plan() -> Plan[list[int]]:
             if not ids:
                 return []
-            rows = yield Query(self.queue.sql.retry, {"ids": ids, "channel": self.queue.channel})
+            rows = yield Query(
+                self.queue.sql.operators.retry, {"ids": ids, "channel": self.queue.channel}
+            )
             return sorted(r[0] for r in rows)
 
         return Operation(plan())

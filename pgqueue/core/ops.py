@@ -299,19 +299,19 @@ class QueueCore:
             "channel": self.channel,
         }
         if spec.limit_key is not None:
-            yield Query(self.sql.ensure_slots, {"keys": [spec.limit_key]})
+            yield Query(self.sql.limits.ensure_slots, {"keys": [spec.limit_key]})
         rule = spec.unique
         if rule is None:
-            rows = yield Query(self.sql.enqueue, params)
+            rows = yield Query(self.sql.enqueues.enqueue, params)
             return int(rows[0][0])
         params["unique_key"] = rule.key
         if rule.window is not None:
             # The table's name as pg_get_serial_sequence reads it: quoted.
             params.update(window=rule.window, table=self.schema.regclass)
-            insert, holder = self.sql.window_insert, self.sql.window_holder
+            insert, holder = self.sql.enqueues.window_insert, self.sql.enqueues.window_holder
         else:
-            insert = self.sql.unique_inserts[rule.scope, rule.on_duplicate == "replace"]
-            holder = self.sql.unique_holders[rule.scope]
+            insert = self.sql.enqueues.unique_inserts[rule.scope, rule.on_duplicate == "replace"]
+            holder = self.sql.enqueues.unique_holders[rule.scope]
         for _ in range(UNIQUE_TRIES):
             rows = yield Query(insert, params)
             if rows:
@@ -325,7 +325,7 @@ class QueueCore:
             if rule.on_duplicate == "raise":
                 raise DuplicateJob(rule.key, existing)
             if rule.on_duplicate == "replace" and rule.window is not None:
-                yield Query(self.sql.window_replace, {**params, "existing": existing})
+                yield Query(self.sql.enqueues.window_replace, {**params, "existing": existing})
             return existing
         raise RuntimeError(
             f"unique key {rule.key!r} changed hands {UNIQUE_TRIES} times during one enqueue"
@@ -345,10 +345,12 @@ class QueueCore:
             plain = [s for s in checked if s.unique is None]
             keys = sorted({s.limit_key for s in checked if s.limit_key is not None})
             if keys:
-                yield Query(self.sql.ensure_slots, {"keys": keys})
+                yield Query(self.sql.limits.ensure_slots, {"keys": keys})
             ids: list[int] = []
             if plain:
-                rows = yield Query(self.sql.allocate_ids, (self.schema.regclass, len(plain)))
+                rows = yield Query(
+                    self.sql.enqueues.allocate_ids, (self.schema.regclass, len(plain))
+                )
                 db_now, ids = rows[0]
                 ids.sort()
                 # run_at from the database's clock, so that a skewed client
@@ -359,13 +361,17 @@ class QueueCore:
                     for i, s in zip(ids, plain, strict=True)
                 ]  # fmt: skip
                 if len(records) >= COPY_THRESHOLD or _too_heavy_for_arrays(plain):
-                    copy = self.sql.copy_in if context is None else self.sql.copy_in_traced
+                    copy = (
+                        self.sql.enqueues.copy_in
+                        if context is None
+                        else self.sql.enqueues.copy_in_traced
+                    )
                     yield Copy(copy, copy_text(records, context))
                 else:
                     columns = [list(col) for col in zip(*records, strict=True)]
-                    yield Query(self.sql.insert_arrays, [context, *columns])
+                    yield Query(self.sql.enqueues.insert_arrays, [context, *columns])
                 kinds = sorted({s.kind for s in plain})
-                yield Query(self.sql.notify_kinds, (self.channel, kinds))
+                yield Query(self.sql.enqueues.notify_kinds, (self.channel, kinds))
             plain_ids = iter(ids)
             out = [next(plain_ids) if s.unique is None else 0 for s in checked]
             # Unique jobs in the order of their keys, whatever the batch's
@@ -619,12 +625,12 @@ class QueueCore:
         timeout = validate_timeout(visibility_timeout, "visibility_timeout")
 
         def plan() -> Plan[dict[int, JobStatus]]:
-            [(ours,)] = yield Query(self.sql.reap_lock, (self.table,))
+            [(ours,)] = yield Query(self.sql.maintenance.reap_lock, (self.table,))
             if not ours:
                 return {}  # another worker is reaping this table right now
-            yield Query(self.sql.prune_leases)
-            yield Query(self.sql.prune_results)
-            rows = yield Query(self.sql.expired, (timeout,))
+            yield Query(self.sql.maintenance.prune_leases)
+            yield Query(self.sql.maintenance.prune_results)
+            rows = yield Query(self.sql.maintenance.expired, (timeout,))
             failures = [
                 self.failure(
                     _running_stub(job_id, attempts, max_attempts, locked_by),
@@ -644,7 +650,7 @@ class QueueCore:
         def plan() -> Plan[Heartbeat]:
             if not ids:
                 return Heartbeat([], [])
-            rows = yield Query(self.sql.heartbeat, (list(ids), worker))
+            rows = yield Query(self.sql.maintenance.heartbeat, (list(ids), worker))
             return Heartbeat([r[0] for r in rows], [r[0] for r in rows if r[1]])
 
         return Operation(plan())
@@ -655,7 +661,7 @@ class QueueCore:
         def plan() -> Plan[list[int]]:
             if not ids:
                 return []
-            rows = yield Query(self.sql.cancel_requests, (list(ids),))
+            rows = yield Query(self.sql.maintenance.cancel_requests, (list(ids),))
             return [r[0] for r in rows]
 
         return Operation(plan())
@@ -666,7 +672,7 @@ class QueueCore:
         (job_id,) = validate_ids([job_id])
 
         def plan() -> Plan[Job | None]:
-            rows = yield Query(self.sql.get, (job_id,))
+            rows = yield Query(self.sql.operators.get, (job_id,))
             return Job.from_row(rows[0]) if rows else None
 
         return Operation(plan())
@@ -677,7 +683,7 @@ class QueueCore:
         def plan() -> Plan[int]:
             if not ids:
                 return 0
-            rows = yield Query(self.sql.retry, {"ids": ids, "channel": self.channel})
+            rows = yield Query(self.sql.operators.retry, {"ids": ids, "channel": self.channel})
             return len(rows)
 
         return Operation(plan())
@@ -703,7 +709,7 @@ class QueueCore:
         (job_id,) = validate_ids([job_id])
 
         def plan() -> Plan[JobResult | None]:
-            rows = yield Query(self.sql.result, {"id": job_id})
+            rows = yield Query(self.sql.control.result, {"id": job_id})
             return JobResult.from_row(job_id, rows[0]) if rows else None
 
         return Operation(plan())
@@ -718,7 +724,7 @@ class QueueCore:
         params = {"key": key, "n": max_running, "channel": self.channel}
 
         def plan() -> Plan[None]:
-            yield Query(self.sql.set_limit, params)
+            yield Query(self.sql.limits.set_limit, params)
 
         return Operation(plan())
 
@@ -733,7 +739,7 @@ class QueueCore:
         params = {"key": key, "per_second": per_second, "burst": burst, "channel": self.channel}
 
         def plan() -> Plan[None]:
-            yield Query(self.sql.set_rate, params)
+            yield Query(self.sql.limits.set_rate, params)
 
         return Operation(plan())
 
@@ -741,7 +747,7 @@ class QueueCore:
         """Every limit key in use or set, by name."""
 
         def plan() -> Plan[list[LimitState]]:
-            rows = yield Query(self.sql.limit_states)
+            rows = yield Query(self.sql.limits.limit_states)
             return [
                 LimitState(
                     key, 1 if limit is None else limit, running, waiting, limit is not None, *rate
@@ -758,7 +764,7 @@ class QueueCore:
         )
 
         def plan() -> Plan[Stats]:
-            rows = yield Query(self.sql.stats, (timeout,))
+            rows = yield Query(self.sql.inspect.stats, (timeout,))
             by_status = dict.fromkeys(ROW_STATUSES, 0)
             by_kind: dict[str, dict[JobStatus, int]] = {}
             by_queue: dict[str, dict[JobStatus, int]] = {}
@@ -790,7 +796,7 @@ class QueueCore:
         params = {"queue": validate_queue(queue), "paused": paused, "channel": self.channel}
 
         def plan() -> Plan[None]:
-            yield Query(self.sql.set_paused, params)
+            yield Query(self.sql.control.set_paused, params)
 
         return Operation(plan())
 
@@ -798,7 +804,7 @@ class QueueCore:
         """Every queue with jobs or a pause record, by name."""
 
         def plan() -> Plan[list[QueueState]]:
-            rows = yield Query(self.sql.queue_states)
+            rows = yield Query(self.sql.inspect.queue_states)
             found: dict[str, QueueState] = {}
             for name, paused, status, count in rows:
                 state = found.setdefault(
@@ -820,7 +826,7 @@ class QueueCore:
         age = validate_timeout(older_than, "older_than")
 
         def plan() -> Plan[int]:
-            ((count,),) = yield Query(self.sql.prune_history, (age,))
+            ((count,),) = yield Query(self.sql.maintenance.prune_history, (age,))
             return int(count)
 
         return Operation(plan())
@@ -846,7 +852,7 @@ class QueueCore:
         }
 
         def plan() -> Plan[list[Job]]:
-            rows = yield Query(self.sql.jobs, params)
+            rows = yield Query(self.sql.operators.jobs, params)
             return [Job.from_row(r) for r in rows]
 
         return Operation(plan())
@@ -856,7 +862,7 @@ class QueueCore:
         params = {"kinds": validate_kinds(kinds), "channel": self.channel}
 
         def plan() -> Plan[int]:
-            [(revived, _notified)] = yield Query(self.sql.retry_dead, params)
+            [(revived, _notified)] = yield Query(self.sql.operators.retry_dead, params)
             return int(revived)
 
         return Operation(plan())
@@ -871,7 +877,7 @@ class QueueCore:
         }
 
         def plan() -> Plan[int]:
-            [(purged,)] = yield Query(self.sql.purge_dead, params)
+            [(purged,)] = yield Query(self.sql.operators.purge_dead, params)
             return int(purged)
 
         return Operation(plan())
@@ -889,7 +895,7 @@ class QueueCore:
 
         def plan() -> Plan[None]:
             for row in rows:
-                yield Query(self.sql.register_schedule, row)
+                yield Query(self.sql.schedules.register_schedule, row)
 
         return Operation(plan(), atomic=True)
 
@@ -899,7 +905,9 @@ class QueueCore:
         """The database's clock, and the last tick of each schedule named that has a row."""
 
         def plan() -> Plan[tuple[datetime, dict[str, datetime | None]]]:
-            [(now, found, ticks)] = yield Query(self.sql.schedule_clock, {"names": list(names)})
+            [(now, found, ticks)] = yield Query(
+                self.sql.schedules.schedule_clock, {"names": list(names)}
+            )
             return now, dict(zip(found, ticks, strict=True))
 
         return Operation(plan())
@@ -916,7 +924,7 @@ class QueueCore:
 
         def plan() -> Plan[Tick]:
             [(won, paused, job_id, now, _)] = yield Query(
-                self.sql.schedule_ticks[schedule.overlap], params
+                self.sql.schedules.schedule_ticks[schedule.overlap], params
             )
             return Tick(won, job_id, paused, now)
 
@@ -926,7 +934,7 @@ class QueueCore:
         """Every schedule in the table, by name, with its next tick by the database's clock."""
 
         def plan() -> Plan[list[ScheduleState]]:
-            rows = yield Query(self.sql.schedule_states)
+            rows = yield Query(self.sql.schedules.schedule_states)
             return [ScheduleState.from_row(row) for row in rows]
 
         return Operation(plan())
@@ -937,7 +945,7 @@ class QueueCore:
         params = {"name": name, "paused": paused}
 
         def plan() -> Plan[None]:
-            if not (yield Query(self.sql.set_schedule_paused, params)):
+            if not (yield Query(self.sql.schedules.set_schedule_paused, params)):
                 raise UnknownSchedule(name)
 
         return Operation(plan())
@@ -951,12 +959,12 @@ class QueueCore:
 
         def plan() -> Plan[int]:
             for _ in range(UNIQUE_TRIES):
-                [(found, job_id, _)] = yield Query(self.sql.trigger_schedule, params)
+                [(found, job_id, _)] = yield Query(self.sql.schedules.trigger_schedule, params)
                 if not found:
                     raise UnknownSchedule(name)
                 if job_id is not None:
                     return int(job_id)
-                rows = yield Query(self.sql.unique_holders["active"], params)
+                rows = yield Query(self.sql.enqueues.unique_holders["active"], params)
                 if rows:
                     raise DuplicateJob(key, int(rows[0][0]))
             raise RuntimeError(f"unique key {key!r} changed hands {UNIQUE_TRIES} times")

@@ -11,11 +11,20 @@ composes nor escapes anything, and psycopg can prepare them by text.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Final
+from dataclasses import fields
+from typing import Any, Final
 
 from psycopg import sql
 
 from .jobs import validate_table_name
+from .queue.control import ControlStatements
+from .queue.enqueue import EnqueueStatements
+from .queue.inspect import InspectStatements
+from .queue.limits import LimitStatements
+from .queue.maintenance import MaintenanceStatements
+from .queue.operators import OperatorStatements
+from .queue.schedules import ScheduleStatements
+from .queue.table import Table
 from .schema.columns import (
     HISTORY_COLUMNS,
     INSERT_COLUMNS,
@@ -125,138 +134,15 @@ class Statements:
             sql.SQL(f"j.{c}") for c in leaving_cols if c != "last_error"
         ) + sql.SQL(",\n              COALESCE(f.error, j.last_error) AS last_error")
         self.claim_index_name = n.index_name("unlimited")
-
-        # One job, announced in the same statement; the notification is
-        # delivered when the caller's transaction commits, never before.
-        self.enqueue = _render(
-            """
-WITH job AS (
-    INSERT INTO {table} (kind, payload, run_at, max_attempts, queue, priority, result_ttl,
-                         limit_key, trace_context)
-    VALUES (%(kind)s, %(payload)s::jsonb,
-            COALESCE(%(run_at)s::timestamptz, now() + %(delay)s::interval), %(max_attempts)s,
-            %(queue)s, %(priority)s, %(result_ttl)s::interval, %(limit_key)s,
-            %(trace_context)s)
-    RETURNING id, kind
-)
-SELECT id, pg_notify(%(channel)s, kind)::text FROM job""",
-            **names,
-        )
-
-        # -- unique jobs (docs/unique.md) -----------------------------------
-        #
-        # At most one job per key in a scope, held by a partial unique index
-        # (migration 7). INSERT ... ON CONFLICT waits for a concurrent
-        # inserter of the same key, and goes on if that one rolls back.
-        unique_insert = """
-WITH job AS (
-    INSERT INTO {table} (kind, payload, run_at, max_attempts, queue, priority,
-                         unique_key, unique_scope, result_ttl, limit_key, trace_context)
-    VALUES (%(kind)s, %(payload)s::jsonb,
-            COALESCE(%(run_at)s::timestamptz, now() + %(delay)s::interval), %(max_attempts)s,
-            %(queue)s, %(priority)s, %(unique_key)s, {scope}, %(result_ttl)s::interval,
-            %(limit_key)s, %(trace_context)s)
-    ON CONFLICT (unique_key) WHERE {predicate} {action}
-    RETURNING id, kind
-)
-SELECT id, pg_notify(%(channel)s, kind)::text FROM job"""
-        # "replace" changes what the waiting job will do and when, not a started one;
-        # its run now belongs to the trace of the enqueue that replaced it.
-        replace = """DO UPDATE SET payload = EXCLUDED.payload, run_at = EXCLUDED.run_at,
-                  trace_context = EXCLUDED.trace_context
-     WHERE {table}.status = 'pending'"""
-        # (scope, replace) -> the insert; and scope -> the holder of a key.
-        self.unique_inserts: dict[tuple[str, bool], bytes] = {}
-        self.unique_holders: dict[str, bytes] = {}
-        for scope, predicate in UNIQUE_PREDICATES.items():
-            for replacing in (False, True):
-                self.unique_inserts[scope, replacing] = _render(
-                    unique_insert,
-                    scope=sql.Literal(scope),
-                    predicate=sql.SQL(predicate),
-                    action=sql.SQL(replace if replacing else "DO NOTHING").format(**names),
-                    **names,
-                )
-            self.unique_holders[scope] = _render(
-                "SELECT id FROM {table} WHERE unique_key = %(unique_key)s AND {predicate}",
-                predicate=sql.SQL(predicate),
-                **names,
-            )
-        # unique_for: the key is leased for a window (a small table, since a
-        # job that succeeds is deleted); the lease and the job are written
-        # by one statement, and an expired lease is taken over.
-        self.window_insert = _render(
-            """
-WITH lease AS (
-    INSERT INTO {leases} AS l (unique_key, job_id, expires_at)
-    VALUES (%(unique_key)s, nextval(pg_get_serial_sequence(%(table)s, 'id')::regclass),
-            now() + %(window)s::interval)
-    ON CONFLICT (unique_key) DO UPDATE
-       SET job_id = EXCLUDED.job_id, expires_at = EXCLUDED.expires_at
-     WHERE l.expires_at <= now()
-    RETURNING job_id
-), job AS (
-    INSERT INTO {table} (id, kind, payload, run_at, max_attempts, queue, priority,
-                         unique_key, unique_scope, result_ttl, limit_key, trace_context)
-    SELECT job_id, %(kind)s, %(payload)s::jsonb,
-           COALESCE(%(run_at)s::timestamptz, now() + %(delay)s::interval), %(max_attempts)s,
-           %(queue)s, %(priority)s, %(unique_key)s, 'window', %(result_ttl)s::interval,
-           %(limit_key)s, %(trace_context)s
-      FROM lease
-    RETURNING id, kind
-)
-SELECT id, pg_notify(%(channel)s, kind)::text FROM job""",
-            **names,
-        )
-        self.window_holder = _render(
-            "SELECT job_id FROM {leases} WHERE unique_key = %(unique_key)s AND expires_at > now()",
-            **names,
-        )
-        # "replace" within a window: the holder, if it is still waiting.
-        self.window_replace = _render(
-            """
-WITH job AS (
-    UPDATE {table}
-       SET payload = %(payload)s::jsonb,
-           run_at = COALESCE(%(run_at)s::timestamptz, now() + %(delay)s::interval),
-           trace_context = %(trace_context)s
-     WHERE id = %(existing)s AND status = 'pending'
-    RETURNING id, kind
-)
-SELECT id, pg_notify(%(channel)s, kind)::text FROM job""",
-            **names,
-        )
-        # Leases past their window, removed by the reaper.
-        self.prune_leases = _render(
-            "DELETE FROM {leases} WHERE expires_at <= now() - interval '1 minute'", **names
-        )
-
-        # enqueue_many, step 1: the transaction's clock and the ids to use.
-        # Ids are allocated up front so that COPY, which returns nothing,
-        # can write them, and so that ids follow the order of the specs.
-        self.allocate_ids = _render(
-            """
-SELECT now(), array(SELECT nextval((SELECT pg_get_serial_sequence(%s, 'id')::regclass))
-                      FROM generate_series(1, %s))""",
-        )
-        # enqueue_many, step 2 for small batches: one INSERT from arrays, and
-        # the batch's trace context (or NULL) for every row.
-        self.insert_arrays = _render(
-            """
-INSERT INTO {table} ({insert_cols}, trace_context)
-SELECT *, %s::text FROM unnest(%s::bigint[], %s::text[], %s::jsonb[], %s::timestamptz[],
-                               %s::integer[], %s::text[], %s::smallint[], %s::interval[],
-                               %s::text[])""",
-            **names,
-        )
-        # enqueue_many, step 2 for large batches; with a trace context, one
-        # more column (`copy_text`).
-        self.copy_in = _render("COPY {table} ({insert_cols}) FROM STDIN", **names)
-        self.copy_in_traced = _render(
-            "COPY {table} ({insert_cols}, trace_context) FROM STDIN", **names
-        )
-        # enqueue_many, step 3: one notification per kind, not per row.
-        self.notify_kinds = _render("SELECT pg_notify(%s, k)::text FROM unnest(%s::text[]) AS k")
+        # The statements of each feature, rendered for this table.
+        model = Table(n, history)
+        self.enqueues = EnqueueStatements.of(model)
+        self.maintenance = MaintenanceStatements.of(model)
+        self.control = ControlStatements.of(model)
+        self.limits = LimitStatements.of(model)
+        self.schedules = ScheduleStatements.of(model)
+        self.operators = OperatorStatements.of(model)
+        self.inspect = InspectStatements.of(model)
 
         # -- the claim ----------------------------------------------------
         #
@@ -841,122 +727,6 @@ SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM done),
         self.cycle = self.turn(False, False, False, 100)
         self.claim = self.claim_for(False, False, 20)
 
-        # The reaper, step 0: one reaper at a time per table; the others skip.
-        self.reap_lock = _render(
-            "SELECT pg_try_advisory_xact_lock(hashtext('pgqueue:reap:' || %s))"
-        )
-        # The reaper, step 1: running jobs whose lease ran out, locked so
-        # that two reapers never judge the same job. It reads the running
-        # index (migration 6): the running jobs only, however many dead and
-        # pending ones the table holds, so a short statement_timeout spares it.
-        self.expired = _render(
-            """
-SELECT id, attempts, max_attempts, locked_by FROM {table}
- WHERE status = 'running' AND locked_at < now() - %s::interval
- ORDER BY id
- FOR UPDATE SKIP LOCKED""",
-            **names,
-        )
-
-        # A worker keeps the lease of the jobs it is still running, and
-        # learns which of them were cancelled (should it have missed the
-        # notification): no query of its own for that.
-        self.heartbeat = _render(
-            """
-UPDATE {table} SET locked_at = now()
- WHERE id = ANY(%s::bigint[]) AND status = 'running' AND locked_by = %s
-RETURNING id, cancel_requested_at IS NOT NULL""",
-            **names,
-        )
-
-        # A worker that cannot listen looks for cancels between heartbeats:
-        # a read, which neither rewrites nor locks the rows.
-        self.cancel_requests = _render(
-            "SELECT id FROM {table}"
-            " WHERE id = ANY(%s::bigint[]) AND cancel_requested_at IS NOT NULL",
-            **names,
-        )
-
-        self.get = _render("SELECT {cols} FROM {table} WHERE id = %s", **names)
-
-        # An operator revives dead jobs: a fresh set of attempts, due now. A
-        # unique job whose key another job holds now stays dead (and so does
-        # all but the newest of several dead ones with one key): reviving it
-        # would break the key's rule. `retry` counts what it revived.
-        revivable = """
-SELECT DISTINCT ON (t.unique_key, t.unique_scope, CASE WHEN t.unique_key IS NULL THEN t.id END)
-       t.id FROM {table} AS t
- WHERE t.status = 'dead' AND {which}
-   AND NOT EXISTS (
-       SELECT FROM {table} AS o
-        WHERE o.unique_key = t.unique_key AND o.unique_scope = t.unique_scope AND o.id <> t.id
-          AND ((o.unique_scope = 'queued' AND o.status = 'pending' AND o.attempts = 0)
-               OR (o.unique_scope = 'active' AND o.status IN ('pending', 'running'))))
- ORDER BY t.unique_key, t.unique_scope, CASE WHEN t.unique_key IS NULL THEN t.id END,
-          t.id DESC"""
-        revive = """
-UPDATE {table}
-   SET status = 'pending', attempts = 0, run_at = now(), locked_at = NULL, locked_by = NULL
- WHERE id IN ({revivable})
-RETURNING id, kind"""
-
-        def reviving(which: str) -> sql.Composable:
-            chosen = sql.SQL(revivable).format(which=sql.SQL(which), **names)
-            return sql.SQL(revive).format(revivable=chosen, **names)
-
-        self.retry = _render(
-            """
-WITH revived AS ({revive})
-SELECT id, pg_notify(%(channel)s, kind)::text FROM revived""",
-            revive=reviving("t.id = ANY(%(ids)s::bigint[])"),
-            **names,
-        )
-
-        # Counts by queue, priority, kind and status, the longest wait of a
-        # ready job, and the running jobs whose lease is older than the
-        # visibility timeout given.
-        self.stats = _render(
-            """
-SELECT queue, priority, kind, status, count(*),
-       now() - min(run_at) FILTER (WHERE status = 'pending' AND run_at <= now()),
-       count(*) FILTER (WHERE status = 'running' AND locked_at < now() - %s::interval)
-  FROM {table}
- GROUP BY queue, priority, kind, status""",
-            **names,
-        )
-
-        # -- queues ----------------------------------------------------------
-
-        # Pause or resume a queue: claims leave a paused queue's jobs alone.
-        # Resuming wakes the workers.
-        self.set_paused = _render(
-            """
-INSERT INTO {queues} AS q (queue, paused) VALUES (%(queue)s, %(paused)s)
-ON CONFLICT (queue) DO UPDATE SET paused = EXCLUDED.paused, changed_at = now()
-RETURNING queue, CASE WHEN NOT paused THEN pg_notify(%(channel)s, '') END""",
-            **names,
-        )
-        # Every queue with jobs or a pause record: counts by status, paused or not.
-        self.queue_states = _render(
-            """
-WITH counts AS (
-    SELECT queue, status, count(*) AS n FROM {table} GROUP BY queue, status
-)
-SELECT coalesce(c.queue, q.queue), coalesce(q.paused, false), coalesce(c.status, 'pending'),
-       coalesce(c.n, 0)
-  FROM counts AS c FULL JOIN {queues} AS q ON q.queue = c.queue
- ORDER BY 1""",
-            **names,
-        )
-
-        # Retention for the history table.
-        self.prune_history = _render(
-            """
-WITH gone AS (DELETE FROM {history} WHERE finished_at < now() - %s::interval RETURNING 1)
-SELECT count(*) FROM gone""",
-            **names,
-        )
-
         # For tests and operators: the claim's plan, with no row touched.
         self.explain_claim = b"EXPLAIN " + self.claim
 
@@ -966,49 +736,6 @@ SELECT count(*) FROM gone""",
         )
         self.listen_results = _render(
             "LISTEN {channel}", channel=sql.Identifier(self.results_channel)
-        )
-
-        # -- for operators (``pgqueue jobs``, ``pgqueue dead``) -------------
-
-        # A page of jobs in id order, filtered by status, kinds and queues (NULL: any).
-        self.jobs = _render(
-            """
-SELECT {cols} FROM {table}
- WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
-   AND (%(kinds)s::text[] IS NULL OR kind = ANY(%(kinds)s::text[]))
-   AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
-   AND (%(after_id)s::bigint IS NULL OR id > %(after_id)s::bigint)
- ORDER BY id
- LIMIT %(limit)s""",
-            **names,
-        )
-
-        # Every dead job (of some kinds) back to pending, as `retry` does it;
-        # one notification per kind revived, not one per job.
-        self.retry_dead = _render(
-            """
-WITH revived AS ({revive}), by_kind AS (
-    SELECT kind, count(*) AS n FROM revived GROUP BY kind
-)
-SELECT coalesce(sum(n), 0)::bigint, count(pg_notify(%(channel)s, kind)) FROM by_kind""",
-            revive=reviving("(%(kinds)s::text[] IS NULL OR t.kind = ANY(%(kinds)s::text[]))"),
-            **names,
-        )
-
-        # Dead jobs that died before the cut-off go for good (a dead job's
-        # run_at is when it died). With history on, each purged job is
-        # copied there by the same statement.
-        self.purge_dead = _render(
-            """
-WITH purged AS (
-    DELETE FROM {table}
-     WHERE status = 'dead' AND run_at < now() - %(older_than)s::interval
-       AND (%(kinds)s::text[] IS NULL OR kind = ANY(%(kinds)s::text[]))
-    RETURNING {gone}
-){keep}
-SELECT count(*) FROM purged""",
-            keep=_history_copy(keep, "purged", "dead"),
-            **names,
         )
 
         # -- cancellation (docs/cancel.md) -------------------------------------
@@ -1044,233 +771,25 @@ SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM cancelled),
             **names,
         )
 
-        # -- results (docs/results.md) -----------------------------------------
-        #
-        # Where a job stands: its row if it has one (pending, running, dead),
-        # else its kept result (succeeded, dead, cancelled) until it expires.
-        self.result = _render(
-            """
-SELECT status, NULL::jsonb, last_error, NULL::timestamptz FROM {table} WHERE id = %(id)s
-UNION ALL
-SELECT outcome, value, error, finished_at FROM {results}
- WHERE job_id = %(id)s AND expires_at > now()
-   AND NOT EXISTS (SELECT FROM {table} WHERE id = %(id)s)""",
-            **names,
-        )
-        # Neither: was the job enqueued by a transaction still open? An insert
-        # of its id waits for that transaction (lock_timeout: LockNotAvailable);
-        # finds the row committed meanwhile (nothing returned); or finds no
-        # such job, and fails on purpose (division_by_zero) so that nothing
-        # is written. Run in a transaction with a short lock_timeout.
-        self.probe_uncommitted = _render(
-            """
-INSERT INTO {table} (id, kind) VALUES (%(id)s, 'pgqueue.probe')
-ON CONFLICT (id) DO NOTHING
-RETURNING id / 0""",
-            **names,
-        )
-        # A setting for the rest of the caller's transaction (the probe's lock_timeout).
-        self.set_local = b"SELECT set_config(%s, %s, true)"
-        # Results past their time, removed by the reaper a batch at a time.
-        self.prune_results = _render(
-            """
-DELETE FROM {results}
- WHERE job_id = ANY(ARRAY(SELECT job_id FROM {results} WHERE expires_at <= now() LIMIT 10000))""",
-            **names,
-        )
-
-        # -- limits (docs/limits.md) -------------------------------------------
-        #
-        # A limited job's key gets its first slot when the job is enqueued
-        # (one job at a time until `set_limit` says otherwise).
-        self.ensure_slots = _render(
-            """
-INSERT INTO {slots} (limit_key, slot) SELECT unnest(%(keys)s::text[]), 1
-ON CONFLICT DO NOTHING""",
-            **names,
-        )
-        # set_limit: the limit, and slots up to it. Slots above a lowered
-        # limit are no longer taken (the claim reads the limit); those free
-        # now go, those taken go once free, at the next set_limit.
-        self.set_limit = _render(
-            """
-WITH limit_row AS (
-    INSERT INTO {limits} AS m (limit_key, max_running) VALUES (%(key)s, %(n)s)
-    ON CONFLICT (limit_key) DO UPDATE SET max_running = EXCLUDED.max_running, changed_at = now()
-    RETURNING 1
-), added AS (
-    INSERT INTO {slots} (limit_key, slot) SELECT %(key)s, generate_series(1, %(n)s)
-    ON CONFLICT DO NOTHING RETURNING 1
-), removed AS (
-    DELETE FROM {slots} WHERE limit_key = %(key)s AND slot > %(n)s AND job_id IS NULL RETURNING 1
-)
-SELECT (SELECT count(*) FROM limit_row), (SELECT count(*) FROM added),
-       (SELECT count(*) FROM removed), pg_notify(%(channel)s, '')""",
-            **names,
-        )
-        # set_rate: a key's token bucket (full when new), and its first slot
-        # (one job at a time until set_limit). A new rate keeps the tokens
-        # the old one had filled, up to the new burst; None takes it away.
-        self.set_rate = _render(
-            """
-WITH rate_row AS (
-    INSERT INTO {limits} AS m (limit_key, max_running, per_second, burst, tokens, refilled_at)
-    VALUES (%(key)s, NULL, %(per_second)s::double precision, %(burst)s::integer,
-            %(burst)s::integer, now())
-    ON CONFLICT (limit_key) DO UPDATE
-       SET per_second = EXCLUDED.per_second, burst = EXCLUDED.burst,
-           tokens = CASE WHEN m.per_second IS NULL OR EXCLUDED.per_second IS NULL
-                         THEN EXCLUDED.tokens
-                         ELSE least(EXCLUDED.burst, m.tokens + m.per_second
-                                    * extract(epoch FROM now() - m.refilled_at)::double precision)
-                    END,
-           refilled_at = EXCLUDED.refilled_at, changed_at = now()
-    RETURNING 1
-), first_slot AS (
-    INSERT INTO {slots} (limit_key, slot) VALUES (%(key)s, 1) ON CONFLICT DO NOTHING RETURNING 1
-)
-SELECT (SELECT count(*) FROM rate_row), (SELECT count(*) FROM first_slot),
-       pg_notify(%(channel)s, '')""",
-            **names,
-        )
-        # Every key with a limit or a slot: its limit, running and waiting
-        # jobs, and its rate with the tokens it has now.
-        self.limit_states = _render(
-            """
-WITH keys AS (
-    SELECT limit_key FROM {limits} UNION SELECT DISTINCT limit_key FROM {slots}
-)
-SELECT k.limit_key, m.max_running,
-       (SELECT count(*) FROM {slots} AS s WHERE s.limit_key = k.limit_key AND s.job_id IS NOT NULL),
-       (SELECT count(*) FROM {table} AS t
-         WHERE t.status = 'pending' AND t.limit_key = k.limit_key),
-       m.per_second, m.burst,
-       least(m.burst, m.tokens + m.per_second
-             * extract(epoch FROM now() - m.refilled_at)::double precision)
-  FROM keys AS k LEFT JOIN {limits} AS m ON m.limit_key = k.limit_key
- ORDER BY 1""",
-            **names,
-        )
-
-        # -- schedules (docs/schedules.md) -----------------------------------
-        #
-        # A worker registers its schedules when it starts. A new row starts
-        # at now(): ticks before a schedule existed are not enqueued. A known
-        # one keeps its last tick and its pause; its definition is rewritten
-        # only when it changed, so that workers restarting write nothing.
-        self.register_schedule = _render(
-            """
-INSERT INTO {schedules} AS s (name, kind, cron, every, tz, payload, queue, priority, overlap,
-                              last_tick)
-VALUES (%(name)s, %(kind)s, %(cron)s, %(every)s::interval, %(tz)s, %(payload)s::jsonb,
-        %(queue)s, %(priority)s, %(overlap)s, now())
-ON CONFLICT (name) DO UPDATE
-   SET kind = EXCLUDED.kind, cron = EXCLUDED.cron, every = EXCLUDED.every, tz = EXCLUDED.tz,
-       payload = EXCLUDED.payload, queue = EXCLUDED.queue, priority = EXCLUDED.priority,
-       overlap = EXCLUDED.overlap, last_tick = coalesce(s.last_tick, EXCLUDED.last_tick),
-       updated_at = now()
- WHERE (s.kind, s.cron, s.every, s.tz, s.payload, s.queue, s.priority, s.overlap,
-        s.last_tick IS NULL)
-       IS DISTINCT FROM (EXCLUDED.kind, EXCLUDED.cron, EXCLUDED.every, EXCLUDED.tz,
-                         EXCLUDED.payload, EXCLUDED.queue, EXCLUDED.priority, EXCLUDED.overlap,
-                         false)""",
-            **names,
-        )
-        # The scheduler's look: the database's clock (workers' clocks may be
-        # skewed) and where its schedules stand. One row, even for none.
-        self.schedule_clock = _render(
-            """
-SELECT now(), coalesce(array_agg(name), '{{}}'), coalesce(array_agg(last_tick), '{{}}')
-  FROM {schedules} WHERE name = ANY(%(names)s::text[])""",
-            **names,
-        )
-        # THE TICK: the schedule's row moves on to the tick and the tick's
-        # job is written by one statement. Workers racing for one tick queue
-        # on the row's lock; each that comes after the first finds last_tick
-        # no longer before the tick, updates nothing and writes no job. A
-        # paused schedule records its ticks without jobs. With overlap=False
-        # ("free"), a tick while the schedule's previous job is pending or
-        # running records the tick without a job (the "active" unique key).
-        tick = """
-WITH free AS MATERIALIZED (
-    SELECT {free} AS free
-), tick AS (
-    UPDATE {schedules} AS s
-       SET last_tick = %(tick)s,
-           last_job_id = CASE WHEN s.paused OR NOT f.free THEN s.last_job_id
-                         ELSE nextval(pg_get_serial_sequence(%(table)s, 'id')::regclass) END
-      FROM free AS f
-     WHERE s.name = %(name)s AND s.last_tick < %(tick)s
-    RETURNING s.paused, f.free, s.last_job_id
-), job AS (
-    INSERT INTO {table} (id, kind, payload, run_at, queue, priority, unique_key, unique_scope)
-    SELECT last_job_id, %(kind)s, %(payload)s::jsonb, %(tick)s, %(queue)s, %(priority)s,
-           {unique}
-      FROM tick WHERE NOT paused AND free{on_conflict}
-    RETURNING id, kind
-)
-SELECT EXISTS (SELECT FROM tick), coalesce((SELECT paused FROM tick), false),
-       (SELECT id FROM job), now(), (SELECT pg_notify(%(channel)s, kind)::text FROM job)"""
-        active = sql.SQL(UNIQUE_PREDICATES["active"])
-        # overlap -> the tick.
-        holder = "NOT EXISTS (SELECT FROM {table} WHERE unique_key = %(unique_key)s AND {active})"
-        self.schedule_ticks = {
-            True: _render(
-                tick,
-                free=sql.SQL("true"),
-                unique=sql.SQL("NULL, NULL"),
-                on_conflict=sql.SQL(""),
-                **names,
-            ),
-            False: _render(
-                tick,
-                free=sql.SQL(holder).format(active=active, **names),
-                unique=sql.SQL("%(unique_key)s, 'active'"),
-                on_conflict=sql.SQL("\n    ON CONFLICT (unique_key) WHERE {} DO NOTHING").format(
-                    active
-                ),
-                **names,
-            ),
+    def every(self) -> dict[str, bytes | dict[Any, bytes]]:
+        """Every statement rendered for the table, by name (a dict: by shape),
+        each feature's beside this object's own."""
+        found = {
+            name: value
+            for name, value in vars(self).items()
+            if isinstance(value, (bytes, dict)) and not name.startswith("_")
         }
-        # Every schedule, for `schedules()` and ``pgqueue cron list``.
-        self.schedule_states = _render(
-            """
-SELECT name, kind, cron, every, tz, payload, queue, priority, overlap, paused, last_tick,
-       last_job_id, updated_at, now()
-  FROM {schedules} ORDER BY name""",
-            **names,
-        )
-        # Pause or resume a schedule. A resumed one goes on from now: the
-        # ticks it missed while paused are not made up for.
-        self.set_schedule_paused = _render(
-            """
-UPDATE {schedules}
-   SET paused = %(paused)s,
-       last_tick = CASE WHEN paused AND NOT %(paused)s THEN greatest(last_tick, now())
-                   ELSE last_tick END
- WHERE name = %(name)s
-RETURNING name""",
-            **names,
-        )
-        # An operator's run of a schedule now, from its row: a job like its
-        # ticks' (overlap=False respected), not a tick (last_tick unchanged).
-        self.trigger_schedule = _render(
-            """
-WITH s AS (
-    SELECT kind, payload, queue, priority, overlap FROM {schedules} WHERE name = %(name)s
-), job AS (
-    INSERT INTO {table} (kind, payload, queue, priority, unique_key, unique_scope)
-    SELECT kind, payload, queue, priority, CASE WHEN overlap THEN NULL ELSE %(unique_key)s END,
-           CASE WHEN overlap THEN NULL ELSE 'active' END
-      FROM s
-    ON CONFLICT (unique_key) WHERE {active} DO NOTHING
-    RETURNING id, kind
-)
-SELECT EXISTS (SELECT FROM s), (SELECT id FROM job),
-       (SELECT pg_notify(%(channel)s, kind)::text FROM job)""",
-            active=active,
-            **names,
-        )
+        for feature in (
+            self.enqueues,
+            self.maintenance,
+            self.control,
+            self.limits,
+            self.schedules,
+            self.operators,
+            self.inspect,
+        ):
+            found.update((f.name, getattr(feature, f.name)) for f in fields(feature))
+        return found
 
     # At most this many claims and turns are kept rendered (batch sizes
     # times shapes); past it, they are rendered anew.

@@ -88,8 +88,8 @@ def _probe(conn: psycopg.Connection[Any], core: QueueCore, job_id: int) -> None:
     committed meanwhile. Nothing is ever written."""
     try:
         with conn.transaction():
-            conn.execute(core.sql.set_local, ("lock_timeout", PROBE_LOCK_TIMEOUT))
-            conn.execute(core.sql.probe_uncommitted, {"id": job_id})
+            conn.execute(core.sql.control.set_local, ("lock_timeout", PROBE_LOCK_TIMEOUT))
+            conn.execute(core.sql.control.probe_uncommitted, {"id": job_id})
     except psycopg.errors.LockNotAvailable:
         raise JobNotCommitted(job_id) from None
     except (psycopg.errors.DivisionByZero, psycopg.errors.InsufficientPrivilege):

@@ -67,7 +67,7 @@ def big_table(dsn: str) -> Iterator[str]:
 
 
 def test_the_reaper_reads_the_running_index_not_the_dead_jobs(dsn: str, big_table: str) -> None:
-    expired = QueueCore(big_table).sql.expired
+    expired = QueueCore(big_table).sql.maintenance.expired
     with psycopg.connect(dsn) as conn:
         rows = conn.execute(b"EXPLAIN " + expired, (timedelta(minutes=5),)).fetchall()
     plan = "\n".join(r[0] for r in rows)

@@ -501,9 +501,9 @@ def test_enqueue_many_writes_unique_jobs_in_the_order_of_their_keys() -> None:
     ids = iter(range(100, 200))
 
     def perform(step: Any) -> list[tuple[Any, ...]]:
-        if step.query == core.sql.allocate_ids:
+        if step.query == core.sql.enqueues.allocate_ids:
             return [(datetime.now(UTC), [next(ids) for _ in range(step.params[1])])]
-        if step.query in core.sql.unique_inserts.values():
+        if step.query in core.sql.enqueues.unique_inserts.values():
             written.append((step.params["unique_key"], step.params["payload"]))
             return [(next(ids),)]
         return []
@@ -754,9 +754,9 @@ def rendered_statements() -> set[str]:
     """Every statement `Statements` renders for the default table, and the DDL of
     the migration that brought unique jobs."""
     statements = Statements("pgqueue_jobs")
-    found: list[bytes] = [v for v in vars(statements).values() if isinstance(v, bytes)]
-    found += statements.unique_inserts.values()
-    found += statements.unique_holders.values()
+    found: list[bytes] = [v for v in statements.every().values() if isinstance(v, bytes)]
+    found += statements.enqueues.unique_inserts.values()
+    found += statements.enqueues.unique_holders.values()
     names = SchemaNames.for_table("pgqueue_jobs")
     plan = next(m for m in MIGRATIONS if m.version == 7).apply(names)
     try:

@@ -41,7 +41,7 @@ HELD = 4
 def explain_expired(fleet: Fleet, options: bytes = b"FORMAT JSON") -> Any:
     """The JSON plan of the reaper's read of expired jobs (``EXPLAIN (options)``)."""
     [(plan,)] = fleet.raw.conn.execute(
-        b"EXPLAIN (" + options + b") " + Statements(fleet.table).expired, ("1 second",)
+        b"EXPLAIN (" + options + b") " + Statements(fleet.table).maintenance.expired, ("1 second",)
     ).fetchall()
     return plan
 

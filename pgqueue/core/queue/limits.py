@@ -1,0 +1,88 @@
+"""The statements of limits (docs/limits.md): a key's concurrency limit
+and rate, its slots, and where every key stands. The claim takes the slots
+(`pgqueue.core.sql`); the statements that end a job free them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from .table import Table
+
+__all__ = ["LimitStatements"]
+
+# A limited job's key gets its first slot when the job is enqueued (one job
+# at a time until `set_limit` says otherwise).
+ENSURE_SLOTS: Final = """
+INSERT INTO {slots} (limit_key, slot) SELECT unnest(%(keys)s::text[]), 1
+ON CONFLICT DO NOTHING"""
+# set_limit: the limit, and slots up to it. Slots above a lowered limit are
+# no longer taken (the claim reads the limit); those free now go, those taken
+# go once free, at the next set_limit.
+SET_LIMIT: Final = """
+WITH limit_row AS (
+    INSERT INTO {limits} AS m (limit_key, max_running) VALUES (%(key)s, %(n)s)
+    ON CONFLICT (limit_key) DO UPDATE SET max_running = EXCLUDED.max_running, changed_at = now()
+    RETURNING 1
+), added AS (
+    INSERT INTO {slots} (limit_key, slot) SELECT %(key)s, generate_series(1, %(n)s)
+    ON CONFLICT DO NOTHING RETURNING 1
+), removed AS (
+    DELETE FROM {slots} WHERE limit_key = %(key)s AND slot > %(n)s AND job_id IS NULL RETURNING 1
+)
+SELECT (SELECT count(*) FROM limit_row), (SELECT count(*) FROM added),
+       (SELECT count(*) FROM removed), pg_notify(%(channel)s, '')"""
+# set_rate: a key's token bucket (full when new), and its first slot (one job
+# at a time until set_limit). A new rate keeps the tokens the old one had
+# filled, up to the new burst; None takes it away.
+SET_RATE: Final = """
+WITH rate_row AS (
+    INSERT INTO {limits} AS m (limit_key, max_running, per_second, burst, tokens, refilled_at)
+    VALUES (%(key)s, NULL, %(per_second)s::double precision, %(burst)s::integer,
+            %(burst)s::integer, now())
+    ON CONFLICT (limit_key) DO UPDATE
+       SET per_second = EXCLUDED.per_second, burst = EXCLUDED.burst,
+           tokens = CASE WHEN m.per_second IS NULL OR EXCLUDED.per_second IS NULL
+                         THEN EXCLUDED.tokens
+                         ELSE least(EXCLUDED.burst, m.tokens + m.per_second
+                                    * extract(epoch FROM now() - m.refilled_at)::double precision)
+                    END,
+           refilled_at = EXCLUDED.refilled_at, changed_at = now()
+    RETURNING 1
+), first_slot AS (
+    INSERT INTO {slots} (limit_key, slot) VALUES (%(key)s, 1) ON CONFLICT DO NOTHING RETURNING 1
+)
+SELECT (SELECT count(*) FROM rate_row), (SELECT count(*) FROM first_slot),
+       pg_notify(%(channel)s, '')"""
+# Every key with a limit or a slot: its limit, running and waiting jobs, and
+# its rate with the tokens it has now.
+LIMIT_STATES: Final = """
+WITH keys AS (
+    SELECT limit_key FROM {limits} UNION SELECT DISTINCT limit_key FROM {slots}
+)
+SELECT k.limit_key, m.max_running,
+       (SELECT count(*) FROM {slots} AS s WHERE s.limit_key = k.limit_key AND s.job_id IS NOT NULL),
+       (SELECT count(*) FROM {table} AS t
+         WHERE t.status = 'pending' AND t.limit_key = k.limit_key),
+       m.per_second, m.burst,
+       least(m.burst, m.tokens + m.per_second
+             * extract(epoch FROM now() - m.refilled_at)::double precision)
+  FROM keys AS k LEFT JOIN {limits} AS m ON m.limit_key = k.limit_key
+ ORDER BY 1"""
+
+
+@dataclass(frozen=True, slots=True)
+class LimitStatements:
+    ensure_slots: bytes
+    set_limit: bytes
+    set_rate: bytes
+    limit_states: bytes
+
+    @classmethod
+    def of(cls, t: Table) -> LimitStatements:
+        return cls(
+            ensure_slots=t.render(ENSURE_SLOTS),
+            set_limit=t.render(SET_LIMIT),
+            set_rate=t.render(SET_RATE),
+            limit_states=t.render(LIMIT_STATES),
+        )

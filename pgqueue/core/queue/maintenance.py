@@ -1,0 +1,69 @@
+"""The statements that keep a table healthy: the reaper, a worker's
+heartbeat and its look for cancels, and the prunes of what expired."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from .table import Table
+
+__all__ = ["MaintenanceStatements"]
+
+# The reaper, step 0: one reaper at a time per table; the others skip.
+REAP_LOCK: Final = b"SELECT pg_try_advisory_xact_lock(hashtext('pgqueue:reap:' || %s))"
+# The reaper, step 1: running jobs whose lease ran out, locked so that two
+# reapers never judge the same job. It reads the running index (migration 6):
+# the running jobs only, however many dead and pending ones the table holds,
+# so a short statement_timeout spares it.
+EXPIRED: Final = """
+SELECT id, attempts, max_attempts, locked_by FROM {table}
+ WHERE status = 'running' AND locked_at < now() - %s::interval
+ ORDER BY id
+ FOR UPDATE SKIP LOCKED"""
+# Leases past their window, removed by the reaper.
+PRUNE_LEASES: Final = "DELETE FROM {leases} WHERE expires_at <= now() - interval '1 minute'"
+# Results past their time, removed by the reaper a batch at a time.
+PRUNE_RESULTS: Final = """
+DELETE FROM {results}
+ WHERE job_id = ANY(ARRAY(SELECT job_id FROM {results} WHERE expires_at <= now() LIMIT 10000))"""
+# Retention for the history table.
+PRUNE_HISTORY: Final = """
+WITH gone AS (DELETE FROM {history} WHERE finished_at < now() - %s::interval RETURNING 1)
+SELECT count(*) FROM gone"""
+
+# A worker keeps the lease of the jobs it is still running, and learns which
+# of them were cancelled (should it have missed the notification): no query
+# of its own for that.
+HEARTBEAT: Final = """
+UPDATE {table} SET locked_at = now()
+ WHERE id = ANY(%s::bigint[]) AND status = 'running' AND locked_by = %s
+RETURNING id, cancel_requested_at IS NOT NULL"""
+# A worker that cannot listen looks for cancels between heartbeats: a read,
+# which neither rewrites nor locks the rows.
+CANCEL_REQUESTS: Final = (
+    "SELECT id FROM {table} WHERE id = ANY(%s::bigint[]) AND cancel_requested_at IS NOT NULL"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class MaintenanceStatements:
+    reap_lock: bytes
+    expired: bytes
+    prune_leases: bytes
+    prune_results: bytes
+    prune_history: bytes
+    heartbeat: bytes
+    cancel_requests: bytes
+
+    @classmethod
+    def of(cls, t: Table) -> MaintenanceStatements:
+        return cls(
+            reap_lock=REAP_LOCK,
+            expired=t.render(EXPIRED),
+            prune_leases=t.render(PRUNE_LEASES),
+            prune_results=t.render(PRUNE_RESULTS),
+            prune_history=t.render(PRUNE_HISTORY),
+            heartbeat=t.render(HEARTBEAT),
+            cancel_requests=t.render(CANCEL_REQUESTS),
+        )

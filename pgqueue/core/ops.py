@@ -16,31 +16,20 @@ from typing import Any, TypeVar
 from .backoff import Backoff
 from .jobs import (
     DEFAULT_QUEUE,
-    DEFAULT_VISIBILITY_TIMEOUT,
     LEASE_EXPIRED,
-    ROW_STATUSES,
-    DuplicateJob,
     Job,
     JobNotRunning,
     JobStatus,
     SpecLike,
     Stats,
-    ValidatedSpec,
     error_text,
-    validate_age,
     validate_claim_bytes,
     validate_delay,
     validate_ids,
-    validate_job_id,
     validate_kinds,
     validate_limit,
-    validate_limit_key,
-    validate_queue,
     validate_queues,
-    validate_rate,
     validate_spec,
-    validate_specs,
-    validate_status,
     validate_timeout,
 )
 from .migrations import (
@@ -55,18 +44,19 @@ from .migrations import (
 )
 from .plans import Copy, Operation, Plan, Query, Rows, Step, drive, needs_transaction
 from .pooling import validate_transaction_pooling
+from .queue import control, enqueue, inspect, limits, maintenance, operators
+from .queue import schedules as schedules_sql
+from .queue.inspect import QueueState
+from .queue.limits import LimitState
+from .queue.maintenance import Heartbeat
 from .results import JobResult
 from .schedules import (
     Schedule,
     ScheduleState,
     Tick,
-    UnknownSchedule,
-    unique_key_of,
-    validate_schedule_name,
 )
 from .sql import Statements
 from .states import Event, next_state
-from .tracing import Trace, enqueue_many_trace, enqueue_trace
 
 __all__ = [
     "Cancelled",
@@ -74,6 +64,7 @@ __all__ = [
     "Cycle",
     "Heartbeat",
     "LimitState",
+    "QueueState",
     "Operation",
     "Plan",
     "QueueCore",
@@ -85,19 +76,6 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-
-# How often an enqueue of a unique job tries again when the job holding its
-# key left the key's scope between the insert and the look-up (it started,
-# or ended): each time, the insert is tried anew.
-UNIQUE_TRIES = 5
-
-# Batches of at least this many jobs are written with COPY rather than INSERT.
-COPY_THRESHOLD = 200
-# ... and so are smaller ones whose payloads (JSON text) weigh more than this:
-# INSERT sends them as one array parameter, and neither a parameter nor a
-# message may pass 1 GB (the server refuses the statement, or drops the
-# connection); COPY sends and parses one row at a time.
-COPY_PAYLOAD_BYTES = 2**28
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,24 +94,6 @@ class Cycle:
 
 
 @dataclass(frozen=True, slots=True)
-class QueueState:
-    """A queue as `queues()` reports it: paused or not, and its jobs by status."""
-
-    name: str
-    paused: bool
-    counts: dict[JobStatus, int]
-
-
-@dataclass(frozen=True, slots=True)
-class Heartbeat:
-    """What a heartbeat found: the jobs still held (leases renewed), and
-    those of them whose cancellation was requested."""
-
-    held: list[int]
-    cancel: list[int]
-
-
-@dataclass(frozen=True, slots=True)
 class Cancelled:
     """What `cancel` did: jobs removed at once (waiting or dead), running jobs
     asked to stop, and ids not in the queue (finished, or never there)."""
@@ -141,20 +101,6 @@ class Cancelled:
     deleted: list[int]
     requested: list[int]
     not_found: list[int]
-
-
-@dataclass(frozen=True, slots=True)
-class LimitState:
-    """A concurrency limit as `limits()` reports it."""
-
-    key: str
-    max_running: int  # 1 until set_limit sets it
-    running: int
-    waiting: int
-    set: bool  # whether set_limit set it
-    per_second: float | None = None  # its rate, if set_rate set one
-    burst: int | None = None
-    tokens: float | None = None  # jobs it may start now, by its rate (whole ones count)
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,119 +221,10 @@ class QueueCore:
             result_ttl=result_ttl,
             limit_key=limit_key,
         )
-        trace = enqueue_trace(self.table, spec.kind, spec.queue)
-        plan = self._enqueue_one(spec, trace)
-        return Operation(plan, atomic=spec.limit_key is not None, trace=trace)
-
-    def _enqueue_one(self, spec: ValidatedSpec, trace: Trace) -> Plan[int]:
-        job_id = yield from self._insert_one(spec, trace.context)
-        trace.enqueued((job_id,))
-        return job_id
-
-    def _insert_one(self, spec: ValidatedSpec, trace_context: str | None) -> Plan[int]:
-        params: dict[str, Any] = {
-            "kind": spec.kind,
-            "payload": spec.payload_json,
-            "run_at": spec.run_at,
-            "delay": spec.delay,
-            "max_attempts": spec.max_attempts,
-            "queue": spec.queue,
-            "priority": spec.priority,
-            "result_ttl": spec.result_ttl,
-            "limit_key": spec.limit_key,
-            "trace_context": trace_context,
-            "channel": self.channel,
-        }
-        if spec.limit_key is not None:
-            yield Query(self.sql.limits.ensure_slots, {"keys": [spec.limit_key]})
-        rule = spec.unique
-        if rule is None:
-            rows = yield Query(self.sql.enqueues.enqueue, params)
-            return int(rows[0][0])
-        params["unique_key"] = rule.key
-        if rule.window is not None:
-            # The table's name as pg_get_serial_sequence reads it: quoted.
-            params.update(window=rule.window, table=self.schema.regclass)
-            insert, holder = self.sql.enqueues.window_insert, self.sql.enqueues.window_holder
-        else:
-            insert = self.sql.enqueues.unique_inserts[rule.scope, rule.on_duplicate == "replace"]
-            holder = self.sql.enqueues.unique_holders[rule.scope]
-        for _ in range(UNIQUE_TRIES):
-            rows = yield Query(insert, params)
-            if rows:
-                return int(rows[0][0])  # new, or the waiting holder replaced
-            # Taken: by whom? A fresh statement sees a holder that committed
-            # while the insert waited for it.
-            rows = yield Query(holder, params)
-            if not rows:
-                continue  # the holder started or ended meanwhile: try again
-            existing = int(rows[0][0])
-            if rule.on_duplicate == "raise":
-                raise DuplicateJob(rule.key, existing)
-            if rule.on_duplicate == "replace" and rule.window is not None:
-                yield Query(self.sql.enqueues.window_replace, {**params, "existing": existing})
-            return existing
-        raise RuntimeError(
-            f"unique key {rule.key!r} changed hands {UNIQUE_TRIES} times during one enqueue"
-        )
+        return enqueue.enqueue_one(self.sql.enqueues, self.sql.limits, self.schema, spec)
 
     def enqueue_many(self, specs: Iterable[SpecLike]) -> Operation[list[int]]:
-        checked = validate_specs(specs)
-        # One span for the batch, whatever its size; its context on every job.
-        trace = enqueue_many_trace(self.table, len(checked))
-
-        def plan() -> Plan[list[int]]:
-            if not checked:
-                return []
-            context = trace.context
-            # Unique jobs go one by one, each with its key's rule; the rest
-            # are written together.
-            plain = [s for s in checked if s.unique is None]
-            keys = sorted({s.limit_key for s in checked if s.limit_key is not None})
-            if keys:
-                yield Query(self.sql.limits.ensure_slots, {"keys": keys})
-            ids: list[int] = []
-            if plain:
-                rows = yield Query(
-                    self.sql.enqueues.allocate_ids, (self.schema.regclass, len(plain))
-                )
-                db_now, ids = rows[0]
-                ids.sort()
-                # run_at from the database's clock, so that a skewed client
-                # neither runs jobs early nor holds them back.
-                records = [
-                    (i, s.kind, s.payload_json, s.run_at or db_now + s.delay, s.max_attempts,
-                     s.queue, s.priority, s.result_ttl, s.limit_key)
-                    for i, s in zip(ids, plain, strict=True)
-                ]  # fmt: skip
-                if len(records) >= COPY_THRESHOLD or _too_heavy_for_arrays(plain):
-                    copy = (
-                        self.sql.enqueues.copy_in
-                        if context is None
-                        else self.sql.enqueues.copy_in_traced
-                    )
-                    yield Copy(copy, copy_text(records, context))
-                else:
-                    columns = [list(col) for col in zip(*records, strict=True)]
-                    yield Query(self.sql.enqueues.insert_arrays, [context, *columns])
-                kinds = sorted({s.kind for s in plain})
-                yield Query(self.sql.enqueues.notify_kinds, (self.channel, kinds))
-            plain_ids = iter(ids)
-            out = [next(plain_ids) if s.unique is None else 0 for s in checked]
-            # Unique jobs in the order of their keys, whatever the batch's
-            # order: batches that share keys wait for each other's keys in
-            # one order, and so never deadlock. Equal keys keep their order.
-            keyed = sorted(
-                (s.unique.key, s.unique.stored_scope, n)
-                for n, s in enumerate(checked)
-                if s.unique is not None
-            )
-            for _, _, n in keyed:
-                out[n] = yield from self._insert_one(checked[n], context)
-            trace.enqueued(out)
-            return out
-
-        return Operation(plan(), atomic=True, trace=trace)
+        return enqueue.enqueue_many(self.sql.enqueues, self.sql.limits, self.schema, specs)
 
     # -- claim and outcomes ---------------------------------------------
 
@@ -647,46 +484,19 @@ class QueueCore:
         return Operation(plan(), atomic=True)
 
     def heartbeat(self, ids: Sequence[int], *, worker: str) -> Operation[Heartbeat]:
-        def plan() -> Plan[Heartbeat]:
-            if not ids:
-                return Heartbeat([], [])
-            rows = yield Query(self.sql.maintenance.heartbeat, (list(ids), worker))
-            return Heartbeat([r[0] for r in rows], [r[0] for r in rows if r[1]])
-
-        return Operation(plan())
+        return maintenance.heartbeat(self.sql.maintenance, ids, worker)
 
     def cancel_requests(self, ids: Sequence[int]) -> Operation[list[int]]:
         """Which of these jobs had their cancel requested (a worker's look)."""
-
-        def plan() -> Plan[list[int]]:
-            if not ids:
-                return []
-            rows = yield Query(self.sql.maintenance.cancel_requests, (list(ids),))
-            return [r[0] for r in rows]
-
-        return Operation(plan())
+        return maintenance.cancel_requests(self.sql.maintenance, ids)
 
     # -- inspection and repair -------------------------------------------
 
     def get(self, job_id: int) -> Operation[Job | None]:
-        (job_id,) = validate_ids([job_id])
-
-        def plan() -> Plan[Job | None]:
-            rows = yield Query(self.sql.operators.get, (job_id,))
-            return Job.from_row(rows[0]) if rows else None
-
-        return Operation(plan())
+        return operators.get(self.sql.operators, job_id)
 
     def retry(self, job_ids: Iterable[Job | int] | Job | int) -> Operation[int]:
-        ids = validate_ids([job_ids] if isinstance(job_ids, (int, Job)) else job_ids)
-
-        def plan() -> Plan[int]:
-            if not ids:
-                return 0
-            rows = yield Query(self.sql.operators.retry, {"ids": ids, "channel": self.channel})
-            return len(rows)
-
-        return Operation(plan())
+        return operators.retry(self.sql.operators, self.channel, job_ids)
 
     # -- job control (docs/cancel.md, docs/results.md, docs/limits.md) ----
 
@@ -706,27 +516,11 @@ class QueueCore:
 
     def result(self, job_id: Job | int) -> Operation[JobResult | None]:
         """Where a job stands: its row, else its kept result; None if neither."""
-        (job_id,) = validate_ids([job_id])
-
-        def plan() -> Plan[JobResult | None]:
-            rows = yield Query(self.sql.control.result, {"id": job_id})
-            return JobResult.from_row(job_id, rows[0]) if rows else None
-
-        return Operation(plan())
+        return control.result(self.sql.control, job_id)
 
     def set_limit(self, key: str, max_running: int) -> Operation[None]:
         """At most ``max_running`` jobs with ``limit_key=key`` run at once."""
-        key = validate_limit_key(key)
-        if isinstance(max_running, bool) or not isinstance(max_running, int):
-            raise TypeError(f"a limit must be an int, not {type(max_running).__name__}")
-        if not 0 <= max_running <= 100_000:
-            raise ValueError(f"a limit must be from 0 to 100000 running jobs, got {max_running}")
-        params = {"key": key, "n": max_running, "channel": self.channel}
-
-        def plan() -> Plan[None]:
-            yield Query(self.sql.limits.set_limit, params)
-
-        return Operation(plan())
+        return limits.set_limit(self.sql.limits, self.channel, key, max_running)
 
     def set_rate(
         self, key: str, per_second: float | None, burst: int | None = None
@@ -734,86 +528,22 @@ class QueueCore:
         """Jobs with ``limit_key=key`` start at most ``per_second`` a second
         over all workers, ``burst`` at once after a pause (default: one
         second's worth); None removes the rate."""
-        key = validate_limit_key(key)
-        per_second, burst = validate_rate(per_second, burst)
-        params = {"key": key, "per_second": per_second, "burst": burst, "channel": self.channel}
-
-        def plan() -> Plan[None]:
-            yield Query(self.sql.limits.set_rate, params)
-
-        return Operation(plan())
+        return limits.set_rate(self.sql.limits, self.channel, key, per_second, burst)
 
     def limits(self) -> Operation[list[LimitState]]:
         """Every limit key in use or set, by name."""
-
-        def plan() -> Plan[list[LimitState]]:
-            rows = yield Query(self.sql.limits.limit_states)
-            return [
-                LimitState(
-                    key, 1 if limit is None else limit, running, waiting, limit is not None, *rate
-                )
-                for key, limit, running, waiting, *rate in rows
-            ]
-
-        return Operation(plan())
+        return limits.limit_states(self.sql.limits)
 
     def stats(self, visibility_timeout: timedelta | None = None) -> Operation[Stats]:
-        timeout = validate_timeout(
-            DEFAULT_VISIBILITY_TIMEOUT if visibility_timeout is None else visibility_timeout,
-            "visibility_timeout",
-        )
-
-        def plan() -> Plan[Stats]:
-            rows = yield Query(self.sql.inspect.stats, (timeout,))
-            by_status = dict.fromkeys(ROW_STATUSES, 0)
-            by_kind: dict[str, dict[JobStatus, int]] = {}
-            by_queue: dict[str, dict[JobStatus, int]] = {}
-            by_priority: dict[int, dict[JobStatus, int]] = {}
-            ages = []
-            expired = 0
-            for queue, priority, kind, status, count, age, past_lease in rows:
-                st = JobStatus(status)
-                by_status[st] += count
-                for table, key in ((by_kind, kind), (by_queue, queue), (by_priority, priority)):
-                    table.setdefault(key, dict.fromkeys(ROW_STATUSES, 0))[st] += count
-                if age is not None:
-                    ages.append(age)
-                expired += past_lease
-            oldest = max(ages, default=None)
-            return Stats(
-                by_status,
-                dict(sorted(by_kind.items())),
-                oldest,
-                expired,
-                dict(sorted(by_queue.items())),
-                dict(sorted(by_priority.items(), reverse=True)),
-            )
-
-        return Operation(plan())
+        return inspect.stats(self.sql.inspect, visibility_timeout)
 
     def set_paused(self, queue: str, paused: bool) -> Operation[None]:
         """Pause a queue (claims leave its jobs alone) or resume it (and wake workers)."""
-        params = {"queue": validate_queue(queue), "paused": paused, "channel": self.channel}
-
-        def plan() -> Plan[None]:
-            yield Query(self.sql.control.set_paused, params)
-
-        return Operation(plan())
+        return control.set_paused(self.sql.control, self.channel, queue, paused)
 
     def queues(self) -> Operation[list[QueueState]]:
         """Every queue with jobs or a pause record, by name."""
-
-        def plan() -> Plan[list[QueueState]]:
-            rows = yield Query(self.sql.inspect.queue_states)
-            found: dict[str, QueueState] = {}
-            for name, paused, status, count in rows:
-                state = found.setdefault(
-                    name, QueueState(name, paused, dict.fromkeys(ROW_STATUSES, 0))
-                )
-                state.counts[JobStatus(status)] += count
-            return list(found.values())
-
-        return Operation(plan())
+        return inspect.queue_states(self.sql.inspect)
 
     def explain_claim(self) -> Operation[str]:
         def plan() -> Plan[str]:
@@ -823,13 +553,7 @@ class QueueCore:
         return Operation(plan())
 
     def prune_history(self, older_than: timedelta) -> Operation[int]:
-        age = validate_timeout(older_than, "older_than")
-
-        def plan() -> Plan[int]:
-            ((count,),) = yield Query(self.sql.maintenance.prune_history, (age,))
-            return int(count)
-
-        return Operation(plan())
+        return maintenance.prune_history(self.sql.maintenance, older_than)
 
     # -- for operators -----------------------------------------------------
 
@@ -843,179 +567,56 @@ class QueueCore:
         queues: Iterable[str] | None = None,
     ) -> Operation[list[Job]]:
         """A page of jobs in id order; `after_id` continues after the last one seen."""
-        params = {
-            "status": None if status is None else validate_status(status).value,
-            "kinds": validate_kinds(kinds),
-            "queues": validate_queues(queues),
-            "limit": validate_limit(limit),
-            "after_id": None if after_id is None else validate_job_id(after_id, "after_id"),
-        }
-
-        def plan() -> Plan[list[Job]]:
-            rows = yield Query(self.sql.operators.jobs, params)
-            return [Job.from_row(r) for r in rows]
-
-        return Operation(plan())
+        return operators.jobs(
+            self.sql.operators,
+            status=status,
+            kinds=kinds,
+            limit=limit,
+            after_id=after_id,
+            queues=queues,
+        )
 
     def retry_dead(self, *, kinds: Iterable[str] | None = None) -> Operation[int]:
         """Every dead job (of `kinds`) back to pending: `retry` for all of them."""
-        params = {"kinds": validate_kinds(kinds), "channel": self.channel}
-
-        def plan() -> Plan[int]:
-            [(revived, _notified)] = yield Query(self.sql.operators.retry_dead, params)
-            return int(revived)
-
-        return Operation(plan())
+        return operators.retry_dead(self.sql.operators, self.channel, kinds)
 
     def purge_dead(
         self, older_than: timedelta, *, kinds: Iterable[str] | None = None
     ) -> Operation[int]:
         """Delete jobs that died more than `older_than` ago (a dead job's run_at)."""
-        params = {
-            "older_than": validate_age(older_than, "older_than"),
-            "kinds": validate_kinds(kinds),
-        }
-
-        def plan() -> Plan[int]:
-            [(purged,)] = yield Query(self.sql.operators.purge_dead, params)
-            return int(purged)
-
-        return Operation(plan())
+        return operators.purge_dead(self.sql.operators, older_than, kinds)
 
     # -- schedules (pgqueue.core.schedules) -------------------------------------
 
     def register_schedules(self, schedules: Sequence[Schedule]) -> Operation[None]:
         """Write a worker's schedules into the table (new ones start now)."""
-        rows = [
-            {"name": s.name, "kind": s.kind, "cron": s.cron and s.cron.expression,
-             "every": s.every, "tz": s.tz, "payload": s.payload_json, "queue": s.queue,
-             "priority": s.priority, "overlap": s.overlap}
-            for s in schedules
-        ]  # fmt: skip
-
-        def plan() -> Plan[None]:
-            for row in rows:
-                yield Query(self.sql.schedules.register_schedule, row)
-
-        return Operation(plan(), atomic=True)
+        return schedules_sql.register_schedules(self.sql.schedules, schedules)
 
     def schedule_clock(
         self, names: Sequence[str]
     ) -> Operation[tuple[datetime, dict[str, datetime | None]]]:
         """The database's clock, and the last tick of each schedule named that has a row."""
-
-        def plan() -> Plan[tuple[datetime, dict[str, datetime | None]]]:
-            [(now, found, ticks)] = yield Query(
-                self.sql.schedules.schedule_clock, {"names": list(names)}
-            )
-            return now, dict(zip(found, ticks, strict=True))
-
-        return Operation(plan())
+        return schedules_sql.schedule_clock(self.sql.schedules, names)
 
     def tick_schedule(self, schedule: Schedule, tick: datetime) -> Operation[Tick]:
         """Record `tick` and enqueue its job, in one statement, unless it is recorded already."""
-        # The table's name as pg_get_serial_sequence reads it: quoted.
-        params = {
-            "name": schedule.name, "tick": tick, "table": self.schema.regclass,
-            "kind": schedule.kind, "payload": schedule.payload_json, "queue": schedule.queue,
-            "priority": schedule.priority, "unique_key": schedule.unique_key,
-            "channel": self.channel,
-        }  # fmt: skip
-
-        def plan() -> Plan[Tick]:
-            [(won, paused, job_id, now, _)] = yield Query(
-                self.sql.schedules.schedule_ticks[schedule.overlap], params
-            )
-            return Tick(won, job_id, paused, now)
-
-        return Operation(plan())
+        return schedules_sql.tick_schedule(
+            self.sql.schedules, self.channel, self.schema.regclass, schedule, tick
+        )
 
     def schedules(self) -> Operation[list[ScheduleState]]:
         """Every schedule in the table, by name, with its next tick by the database's clock."""
-
-        def plan() -> Plan[list[ScheduleState]]:
-            rows = yield Query(self.sql.schedules.schedule_states)
-            return [ScheduleState.from_row(row) for row in rows]
-
-        return Operation(plan())
+        return schedules_sql.schedule_states(self.sql.schedules)
 
     def set_schedule_paused(self, name: str, paused: bool) -> Operation[None]:
         """Pause a schedule (its ticks enqueue nothing) or resume it (from now on)."""
-        name = validate_schedule_name(name)
-        params = {"name": name, "paused": paused}
-
-        def plan() -> Plan[None]:
-            if not (yield Query(self.sql.schedules.set_schedule_paused, params)):
-                raise UnknownSchedule(name)
-
-        return Operation(plan())
+        return schedules_sql.set_schedule_paused(self.sql.schedules, name, paused)
 
     def trigger_schedule(self, name: str) -> Operation[int]:
         """Enqueue a schedule's job now, from its row; not a tick. With overlap=False,
         `DuplicateJob` if its previous job is still pending or running."""
-        name = validate_schedule_name(name)
-        key = unique_key_of(name)
-        params = {"name": name, "unique_key": key, "channel": self.channel}
-
-        def plan() -> Plan[int]:
-            for _ in range(UNIQUE_TRIES):
-                [(found, job_id, _)] = yield Query(self.sql.schedules.trigger_schedule, params)
-                if not found:
-                    raise UnknownSchedule(name)
-                if job_id is not None:
-                    return int(job_id)
-                rows = yield Query(self.sql.enqueues.unique_holders["active"], params)
-                if rows:
-                    raise DuplicateJob(key, int(rows[0][0]))
-            raise RuntimeError(f"unique key {key!r} changed hands {UNIQUE_TRIES} times")
-
-        return Operation(plan())
-
-
-def _too_heavy_for_arrays(specs: Sequence[ValidatedSpec]) -> bool:
-    """Whether a small batch's payloads are too big to travel as one array."""
-    return sum(len(s.payload_json) for s in specs) > COPY_PAYLOAD_BYTES
-
-
-# COPY's text format: these four characters are written as escapes.
-_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"})
-
-
-def copy_text(
-    records: Iterable[tuple[int, str, str, datetime, int, str, int, timedelta | None, str | None]],
-    trace_context: str | None = None,
-) -> bytes:
-    """Rows of `INSERT_COLUMNS` (id, kind, payload JSON, run_at, max_attempts,
-    queue, priority, result_ttl, limit_key) in COPY's text format; with a
-    ``trace_context``, each row ends with it (for `Statements.copy_in_traced`).
-
-    Formatting here, in one pass, costs a fraction of psycopg's per-row
-    ``write_row`` for the simple types of a job. A batch repeats a few kinds
-    and run_at values many times: each is escaped or formatted once.
-    """
-    texts: dict[str, str] = {}  # kinds and queue names, escaped
-    times: dict[datetime, str] = {}
-    lines = []
-    end = "\n" if trace_context is None else f"\t{trace_context.translate(_COPY_ESCAPES)}\n"
-    for job_id, kind, payload, run_at, max_attempts, queue, priority, ttl, key in records:
-        k = texts.get(kind)
-        if k is None:
-            k = texts[kind] = kind.translate(_COPY_ESCAPES)
-        q = texts.get(queue)
-        if q is None:
-            q = texts[queue] = queue.translate(_COPY_ESCAPES)
-        t = times.get(run_at)
-        if t is None:
-            t = times[run_at] = run_at.isoformat()
-        # JSON text has no raw tab, newline or carriage return: only backslashes to double.
-        p = payload.replace("\\", "\\\\")
-        r = "\\N" if ttl is None else f"{ttl.total_seconds()} seconds"
-        lk = "\\N" if key is None else texts.get(key)
-        if lk is None:
-            assert key is not None
-            lk = texts[key] = key.translate(_COPY_ESCAPES)
-        lines.append(f"{job_id}\t{k}\t{p}\t{t}\t{max_attempts}\t{q}\t{priority}\t{r}\t{lk}{end}")
-    return "".join(lines).encode()
+        holder = self.sql.enqueues.unique_holders["active"]
+        return schedules_sql.trigger_schedule(self.sql.schedules, holder, self.channel, name)
 
 
 def _failure_arrays(failures: Sequence[Failure]) -> dict[str, list[Any]]:

@@ -147,7 +147,7 @@ async def test_a_small_batch_of_heavy_payloads_is_written_with_copy(
 ) -> None:
     # Payloads that together pass what one array parameter may carry go
     # through COPY, row by row, however few they are.
-    monkeypatch.setattr(pgqueue.core.ops, "COPY_PAYLOAD_BYTES", 100)
+    monkeypatch.setattr(pgqueue.core.queue.enqueue, "COPY_PAYLOAD_BYTES", 100)
     payloads = [{"text": "a\tb\\c\nd" + "x" * 40, "n": n} for n in range(3)]
     light = queue.core.enqueue_many([("k", 1)] * 3).plan
     heavy = queue.core.enqueue_many([("k", p) for p in payloads]).plan

@@ -7,9 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
+from ..jobs import Job, validate_ids, validate_queue
+from ..plans import Operation, Plan, Query
+from ..results import JobResult
 from .table import Table
 
-__all__ = ["ControlStatements"]
+__all__ = ["ControlStatements", "result", "set_paused"]
 
 # Pause or resume a queue: claims leave a paused queue's jobs alone.
 # Resuming wakes the workers.
@@ -56,3 +59,24 @@ class ControlStatements:
             probe_uncommitted=t.render(PROBE_UNCOMMITTED),
             set_local=SET_LOCAL,
         )
+
+
+def set_paused(s: ControlStatements, channel: str, queue: str, paused: bool) -> Operation[None]:
+    """Pause a queue (claims leave its jobs alone) or resume it (and wake workers)."""
+    params = {"queue": validate_queue(queue), "paused": paused, "channel": channel}
+
+    def plan() -> Plan[None]:
+        yield Query(s.set_paused, params)
+
+    return Operation(plan())
+
+
+def result(s: ControlStatements, job_id: Job | int) -> Operation[JobResult | None]:
+    """Where a job stands: its row, else its kept result; None if neither."""
+    (job_id,) = validate_ids([job_id])
+
+    def plan() -> Plan[JobResult | None]:
+        rows = yield Query(s.result, {"id": job_id})
+        return JobResult.from_row(job_id, rows[0]) if rows else None
+
+    return Operation(plan())

@@ -7,15 +7,35 @@ commits, never before.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Final
+from datetime import datetime, timedelta
+from typing import Any, Final
 
 from psycopg import sql
 
+from ..jobs import DuplicateJob, SpecLike, ValidatedSpec, validate_specs
+from ..plans import Copy, Operation, Plan, Query
+from ..schema.names import TableNames
 from ..schema.predicates import UNIQUE_PREDICATES
+from ..tracing import Trace, enqueue_many_trace, enqueue_trace
+from .limits import LimitStatements
 from .table import Table
 
-__all__ = ["EnqueueStatements"]
+__all__ = ["COPY_THRESHOLD", "EnqueueStatements", "copy_text", "enqueue_many", "enqueue_one"]
+
+# How often an enqueue of a unique job tries again when the job holding its
+# key left the key's scope between the insert and the look-up (it started,
+# or ended): each time, the insert is tried anew.
+UNIQUE_TRIES = 5
+
+# Batches of at least this many jobs are written with COPY rather than INSERT.
+COPY_THRESHOLD = 200
+# ... and so are smaller ones whose payloads (JSON text) weigh more than this:
+# INSERT sends them as one array parameter, and neither a parameter nor a
+# message may pass 1 GB (the server refuses the statement, or drops the
+# connection); COPY sends and parses one row at a time.
+COPY_PAYLOAD_BYTES = 2**28
 
 ENQUEUE: Final = """
 WITH job AS (
@@ -155,3 +175,188 @@ class EnqueueStatements:
             copy_in_traced=t.render(COPY_IN_TRACED),
             notify_kinds=NOTIFY_KINDS,
         )
+
+
+def enqueue_one(
+    s: EnqueueStatements, limits: LimitStatements, names: TableNames, spec: ValidatedSpec
+) -> Operation[int]:
+    """The enqueue of one validated job, traced."""
+    trace = enqueue_trace(names.table_name, spec.kind, spec.queue)
+    plan = _enqueue_traced(s, limits, names, spec, trace)
+    return Operation(plan, atomic=spec.limit_key is not None, trace=trace)
+
+
+def _enqueue_traced(
+    s: EnqueueStatements,
+    limits: LimitStatements,
+    names: TableNames,
+    spec: ValidatedSpec,
+    trace: Trace,
+) -> Plan[int]:
+    job_id = yield from _insert_one(s, limits, names, spec, trace.context)
+    trace.enqueued((job_id,))
+    return job_id
+
+
+def _insert_one(
+    s: EnqueueStatements,
+    limits: LimitStatements,
+    names: TableNames,
+    spec: ValidatedSpec,
+    trace_context: str | None,
+) -> Plan[int]:
+    params: dict[str, Any] = {
+        "kind": spec.kind,
+        "payload": spec.payload_json,
+        "run_at": spec.run_at,
+        "delay": spec.delay,
+        "max_attempts": spec.max_attempts,
+        "queue": spec.queue,
+        "priority": spec.priority,
+        "result_ttl": spec.result_ttl,
+        "limit_key": spec.limit_key,
+        "trace_context": trace_context,
+        "channel": names.channel,
+    }
+    if spec.limit_key is not None:
+        yield Query(limits.ensure_slots, {"keys": [spec.limit_key]})
+    rule = spec.unique
+    if rule is None:
+        rows = yield Query(s.enqueue, params)
+        return int(rows[0][0])
+    params["unique_key"] = rule.key
+    if rule.window is not None:
+        # The table's name as pg_get_serial_sequence reads it: quoted.
+        params.update(window=rule.window, table=names.regclass)
+        insert, holder = s.window_insert, s.window_holder
+    else:
+        insert = s.unique_inserts[rule.scope, rule.on_duplicate == "replace"]
+        holder = s.unique_holders[rule.scope]
+    for _ in range(UNIQUE_TRIES):
+        rows = yield Query(insert, params)
+        if rows:
+            return int(rows[0][0])  # new, or the waiting holder replaced
+        # Taken: by whom? A fresh statement sees a holder that committed
+        # while the insert waited for it.
+        rows = yield Query(holder, params)
+        if not rows:
+            continue  # the holder started or ended meanwhile: try again
+        existing = int(rows[0][0])
+        if rule.on_duplicate == "raise":
+            raise DuplicateJob(rule.key, existing)
+        if rule.on_duplicate == "replace" and rule.window is not None:
+            yield Query(s.window_replace, {**params, "existing": existing})
+        return existing
+    raise RuntimeError(
+        f"unique key {rule.key!r} changed hands {UNIQUE_TRIES} times during one enqueue"
+    )
+
+
+def enqueue_many(
+    s: EnqueueStatements, limits: LimitStatements, names: TableNames, specs: Iterable[SpecLike]
+) -> Operation[list[int]]:
+    checked = validate_specs(specs)
+    # One span for the batch, whatever its size; its context on every job.
+    trace = enqueue_many_trace(names.table_name, len(checked))
+
+    def plan() -> Plan[list[int]]:
+        if not checked:
+            return []
+        context = trace.context
+        # Unique jobs go one by one, each with its key's rule; the rest are
+        # written together.
+        plain = [spec for spec in checked if spec.unique is None]
+        keys = sorted({spec.limit_key for spec in checked if spec.limit_key is not None})
+        if keys:
+            yield Query(limits.ensure_slots, {"keys": keys})
+        ids: list[int] = []
+        if plain:
+            ids = yield from _insert_plain(s, names, plain, context)
+        plain_ids = iter(ids)
+        out = [next(plain_ids) if spec.unique is None else 0 for spec in checked]
+        # Unique jobs in the order of their keys, whatever the batch's order:
+        # batches that share keys wait for each other's keys in one order,
+        # and so never deadlock. Equal keys keep their order.
+        keyed = sorted(
+            (spec.unique.key, spec.unique.stored_scope, n)
+            for n, spec in enumerate(checked)
+            if spec.unique is not None
+        )
+        for _, _, n in keyed:
+            out[n] = yield from _insert_one(s, limits, names, checked[n], context)
+        trace.enqueued(out)
+        return out
+
+    return Operation(plan(), atomic=True, trace=trace)
+
+
+def _insert_plain(
+    s: EnqueueStatements, names: TableNames, plain: list[ValidatedSpec], context: str | None
+) -> Plan[list[int]]:
+    """Write jobs without a unique key together (COPY or one INSERT), one
+    notification per kind; their ids, in the order of `plain`."""
+    rows = yield Query(s.allocate_ids, (names.regclass, len(plain)))
+    db_now, ids = rows[0]
+    ids.sort()
+    # run_at from the database's clock, so that a skewed client neither runs
+    # jobs early nor holds them back.
+    records = [
+        (i, d.kind, d.payload_json, d.run_at or db_now + d.delay, d.max_attempts,
+         d.queue, d.priority, d.result_ttl, d.limit_key)
+        for i, d in zip(ids, plain, strict=True)
+    ]  # fmt: skip
+    if len(records) >= COPY_THRESHOLD or _too_heavy_for_arrays(plain):
+        copy = s.copy_in if context is None else s.copy_in_traced
+        yield Copy(copy, copy_text(records, context))
+    else:
+        columns = [list(col) for col in zip(*records, strict=True)]
+        yield Query(s.insert_arrays, [context, *columns])
+    kinds = sorted({d.kind for d in plain})
+    yield Query(s.notify_kinds, (names.channel, kinds))
+    return list(ids)
+
+
+def _too_heavy_for_arrays(specs: Sequence[ValidatedSpec]) -> bool:
+    """Whether a small batch's payloads are too big to travel as one array."""
+    return sum(len(s.payload_json) for s in specs) > COPY_PAYLOAD_BYTES
+
+
+# COPY's text format: these four characters are written as escapes.
+_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"})
+
+
+def copy_text(
+    records: Iterable[tuple[int, str, str, datetime, int, str, int, timedelta | None, str | None]],
+    trace_context: str | None = None,
+) -> bytes:
+    """Rows of `INSERT_COLUMNS` (id, kind, payload JSON, run_at, max_attempts,
+    queue, priority, result_ttl, limit_key) in COPY's text format; with a
+    ``trace_context``, each row ends with it (for `Statements.copy_in_traced`).
+
+    Formatting here, in one pass, costs a fraction of psycopg's per-row
+    ``write_row`` for the simple types of a job. A batch repeats a few kinds
+    and run_at values many times: each is escaped or formatted once.
+    """
+    texts: dict[str, str] = {}  # kinds and queue names, escaped
+    times: dict[datetime, str] = {}
+    lines = []
+    end = "\n" if trace_context is None else f"\t{trace_context.translate(_COPY_ESCAPES)}\n"
+    for job_id, kind, payload, run_at, max_attempts, queue, priority, ttl, key in records:
+        k = texts.get(kind)
+        if k is None:
+            k = texts[kind] = kind.translate(_COPY_ESCAPES)
+        q = texts.get(queue)
+        if q is None:
+            q = texts[queue] = queue.translate(_COPY_ESCAPES)
+        t = times.get(run_at)
+        if t is None:
+            t = times[run_at] = run_at.isoformat()
+        # JSON text has no raw tab, newline or carriage return: only backslashes to double.
+        p = payload.replace("\\", "\\\\")
+        r = "\\N" if ttl is None else f"{ttl.total_seconds()} seconds"
+        lk = "\\N" if key is None else texts.get(key)
+        if lk is None:
+            assert key is not None
+            lk = texts[key] = key.translate(_COPY_ESCAPES)
+        lines.append(f"{job_id}\t{k}\t{p}\t{t}\t{max_attempts}\t{q}\t{priority}\t{r}\t{lk}{end}")
+    return "".join(lines).encode()

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Final
 
+from ..jobs import DEFAULT_VISIBILITY_TIMEOUT, ROW_STATUSES, JobStatus, Stats, validate_timeout
+from ..plans import Operation, Plan, Query
 from .table import Table
 
-__all__ = ["InspectStatements"]
+__all__ = ["InspectStatements", "QueueState", "queue_states", "stats"]
 
 # Counts by queue, priority, kind and status, the longest wait of a ready
 # job, and the running jobs whose lease is older than the visibility timeout
@@ -37,3 +40,61 @@ class InspectStatements:
     @classmethod
     def of(cls, t: Table) -> InspectStatements:
         return cls(stats=t.render(STATS), queue_states=t.render(QUEUE_STATES))
+
+
+@dataclass(frozen=True, slots=True)
+class QueueState:
+    """A queue as `queues()` reports it: paused or not, and its jobs by status."""
+
+    name: str
+    paused: bool
+    counts: dict[JobStatus, int]
+
+
+def stats(s: InspectStatements, visibility_timeout: timedelta | None) -> Operation[Stats]:
+    timeout = validate_timeout(
+        DEFAULT_VISIBILITY_TIMEOUT if visibility_timeout is None else visibility_timeout,
+        "visibility_timeout",
+    )
+
+    def plan() -> Plan[Stats]:
+        rows = yield Query(s.stats, (timeout,))
+        by_status = dict.fromkeys(ROW_STATUSES, 0)
+        by_kind: dict[str, dict[JobStatus, int]] = {}
+        by_queue: dict[str, dict[JobStatus, int]] = {}
+        by_priority: dict[int, dict[JobStatus, int]] = {}
+        ages = []
+        expired = 0
+        for queue, priority, kind, status, count, age, past_lease in rows:
+            st = JobStatus(status)
+            by_status[st] += count
+            for table, key in ((by_kind, kind), (by_queue, queue), (by_priority, priority)):
+                table.setdefault(key, dict.fromkeys(ROW_STATUSES, 0))[st] += count
+            if age is not None:
+                ages.append(age)
+            expired += past_lease
+        oldest = max(ages, default=None)
+        return Stats(
+            by_status,
+            dict(sorted(by_kind.items())),
+            oldest,
+            expired,
+            dict(sorted(by_queue.items())),
+            dict(sorted(by_priority.items(), reverse=True)),
+        )
+
+    return Operation(plan())
+
+
+def queue_states(s: InspectStatements) -> Operation[list[QueueState]]:
+    """Every queue with jobs or a pause record, by name."""
+
+    def plan() -> Plan[list[QueueState]]:
+        rows = yield Query(s.queue_states)
+        found: dict[str, QueueState] = {}
+        for name, paused, status, count in rows:
+            state = found.setdefault(name, QueueState(name, paused, dict.fromkeys(ROW_STATUSES, 0)))
+            state.counts[JobStatus(status)] += count
+        return list(found.values())
+
+    return Operation(plan())

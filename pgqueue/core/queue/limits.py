@@ -7,9 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
+from ..jobs import validate_limit_key, validate_rate
+from ..plans import Operation, Plan, Query
 from .table import Table
 
-__all__ = ["LimitStatements"]
+__all__ = ["LimitState", "LimitStatements", "limit_states", "set_limit", "set_rate"]
 
 # A limited job's key gets its first slot when the job is enqueued (one job
 # at a time until `set_limit` says otherwise).
@@ -86,3 +88,63 @@ class LimitStatements:
             set_rate=t.render(SET_RATE),
             limit_states=t.render(LIMIT_STATES),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class LimitState:
+    """A concurrency limit as `limits()` reports it."""
+
+    key: str
+    max_running: int  # 1 until set_limit sets it
+    running: int
+    waiting: int
+    set: bool  # whether set_limit set it
+    per_second: float | None = None  # its rate, if set_rate set one
+    burst: int | None = None
+    tokens: float | None = None  # jobs it may start now, by its rate (whole ones count)
+
+
+def set_limit(s: LimitStatements, channel: str, key: str, max_running: int) -> Operation[None]:
+    """At most ``max_running`` jobs with ``limit_key=key`` run at once."""
+    key = validate_limit_key(key)
+    if isinstance(max_running, bool) or not isinstance(max_running, int):
+        raise TypeError(f"a limit must be an int, not {type(max_running).__name__}")
+    if not 0 <= max_running <= 100_000:
+        raise ValueError(f"a limit must be from 0 to 100000 running jobs, got {max_running}")
+    params = {"key": key, "n": max_running, "channel": channel}
+
+    def plan() -> Plan[None]:
+        yield Query(s.set_limit, params)
+
+    return Operation(plan())
+
+
+def set_rate(
+    s: LimitStatements, channel: str, key: str, per_second: float | None, burst: int | None
+) -> Operation[None]:
+    """Jobs with ``limit_key=key`` start at most ``per_second`` a second over
+    all workers, ``burst`` at once after a pause (default: one second's
+    worth); None removes the rate."""
+    key = validate_limit_key(key)
+    per_second, burst = validate_rate(per_second, burst)
+    params = {"key": key, "per_second": per_second, "burst": burst, "channel": channel}
+
+    def plan() -> Plan[None]:
+        yield Query(s.set_rate, params)
+
+    return Operation(plan())
+
+
+def limit_states(s: LimitStatements) -> Operation[list[LimitState]]:
+    """Every limit key in use or set, by name."""
+
+    def plan() -> Plan[list[LimitState]]:
+        rows = yield Query(s.limit_states)
+        return [
+            LimitState(
+                key, 1 if limit is None else limit, running, waiting, limit is not None, *rate
+            )
+            for key, limit, running, waiting, *rate in rows
+        ]
+
+    return Operation(plan())

@@ -3,12 +3,22 @@ heartbeat and its look for cancels, and the prunes of what expired."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Final
 
+from ..jobs import validate_timeout
+from ..plans import Operation, Plan, Query
 from .table import Table
 
-__all__ = ["MaintenanceStatements"]
+__all__ = [
+    "Heartbeat",
+    "MaintenanceStatements",
+    "cancel_requests",
+    "heartbeat",
+    "prune_history",
+]
 
 # The reaper, step 0: one reaper at a time per table; the others skip.
 REAP_LOCK: Final = b"SELECT pg_try_advisory_xact_lock(hashtext('pgqueue:reap:' || %s))"
@@ -67,3 +77,44 @@ class MaintenanceStatements:
             heartbeat=t.render(HEARTBEAT),
             cancel_requests=t.render(CANCEL_REQUESTS),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """What a heartbeat found: the jobs still held (leases renewed), and
+    those of them whose cancellation was requested."""
+
+    held: list[int]
+    cancel: list[int]
+
+
+def heartbeat(s: MaintenanceStatements, ids: Sequence[int], worker: str) -> Operation[Heartbeat]:
+    def plan() -> Plan[Heartbeat]:
+        if not ids:
+            return Heartbeat([], [])
+        rows = yield Query(s.heartbeat, (list(ids), worker))
+        return Heartbeat([r[0] for r in rows], [r[0] for r in rows if r[1]])
+
+    return Operation(plan())
+
+
+def cancel_requests(s: MaintenanceStatements, ids: Sequence[int]) -> Operation[list[int]]:
+    """Which of these jobs had their cancel requested (a worker's look)."""
+
+    def plan() -> Plan[list[int]]:
+        if not ids:
+            return []
+        rows = yield Query(s.cancel_requests, (list(ids),))
+        return [r[0] for r in rows]
+
+    return Operation(plan())
+
+
+def prune_history(s: MaintenanceStatements, older_than: timedelta) -> Operation[int]:
+    age = validate_timeout(older_than, "older_than")
+
+    def plan() -> Plan[int]:
+        ((count,),) = yield Query(s.prune_history, (age,))
+        return int(count)
+
+    return Operation(plan())

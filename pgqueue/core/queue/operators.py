@@ -3,14 +3,28 @@ look a job up, list jobs, revive dead ones, purge them."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Final
 
 from psycopg import sql
 
+from ..jobs import (
+    Job,
+    JobStatus,
+    validate_age,
+    validate_ids,
+    validate_job_id,
+    validate_kinds,
+    validate_limit,
+    validate_queues,
+    validate_status,
+)
+from ..plans import Operation, Plan, Query
 from .table import Table
 
-__all__ = ["OperatorStatements"]
+__all__ = ["OperatorStatements", "get", "jobs", "purge_dead", "retry", "retry_dead"]
 
 GET: Final = "SELECT {cols} FROM {table} WHERE id = %s"
 
@@ -91,3 +105,76 @@ class OperatorStatements:
             jobs=t.render(JOBS),
             purge_dead=t.render(PURGE_DEAD, keep=t.history_copy("purged", "dead")),
         )
+
+
+def get(s: OperatorStatements, job_id: int) -> Operation[Job | None]:
+    (job_id,) = validate_ids([job_id])
+
+    def plan() -> Plan[Job | None]:
+        rows = yield Query(s.get, (job_id,))
+        return Job.from_row(rows[0]) if rows else None
+
+    return Operation(plan())
+
+
+def retry(
+    s: OperatorStatements, channel: str, job_ids: Iterable[Job | int] | Job | int
+) -> Operation[int]:
+    ids = validate_ids([job_ids] if isinstance(job_ids, (int, Job)) else job_ids)
+
+    def plan() -> Plan[int]:
+        if not ids:
+            return 0
+        rows = yield Query(s.retry, {"ids": ids, "channel": channel})
+        return len(rows)
+
+    return Operation(plan())
+
+
+def jobs(
+    s: OperatorStatements,
+    *,
+    status: JobStatus | str | None,
+    kinds: Iterable[str] | None,
+    limit: int,
+    after_id: int | None,
+    queues: Iterable[str] | None,
+) -> Operation[list[Job]]:
+    """A page of jobs in id order; `after_id` continues after the last one seen."""
+    params = {
+        "status": None if status is None else validate_status(status).value,
+        "kinds": validate_kinds(kinds),
+        "queues": validate_queues(queues),
+        "limit": validate_limit(limit),
+        "after_id": None if after_id is None else validate_job_id(after_id, "after_id"),
+    }
+
+    def plan() -> Plan[list[Job]]:
+        rows = yield Query(s.jobs, params)
+        return [Job.from_row(r) for r in rows]
+
+    return Operation(plan())
+
+
+def retry_dead(s: OperatorStatements, channel: str, kinds: Iterable[str] | None) -> Operation[int]:
+    """Every dead job (of `kinds`) back to pending: `retry` for all of them."""
+    params = {"kinds": validate_kinds(kinds), "channel": channel}
+
+    def plan() -> Plan[int]:
+        [(revived, _notified)] = yield Query(s.retry_dead, params)
+        return int(revived)
+
+    return Operation(plan())
+
+
+def purge_dead(
+    s: OperatorStatements, older_than: timedelta, kinds: Iterable[str] | None
+) -> Operation[int]:
+    """Delete jobs that died more than `older_than` ago (a dead job's run_at)."""
+    params = {"older_than": validate_age(older_than, "older_than"), "kinds": validate_kinds(kinds)}
+
+    def plan() -> Plan[int]:
+        [(purged,)] = yield Query(s.purge_dead, params)
+        return int(purged)
+
+    return Operation(plan())

@@ -4,15 +4,39 @@ list, pause and trigger. What a schedule is and when it ticks is
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Final
 
 from psycopg import sql
 
+from ..jobs import DuplicateJob
+from ..plans import Operation, Plan, Query
+from ..schedules import (
+    Schedule,
+    ScheduleState,
+    Tick,
+    UnknownSchedule,
+    unique_key_of,
+    validate_schedule_name,
+)
 from ..schema.predicates import UNIQUE_PREDICATES
 from .table import Table
 
-__all__ = ["ScheduleStatements"]
+__all__ = [
+    "ScheduleStatements",
+    "register_schedules",
+    "schedule_clock",
+    "schedule_states",
+    "set_schedule_paused",
+    "tick_schedule",
+    "trigger_schedule",
+]
+
+# How often a trigger of a schedule with overlap=False tries again when its
+# previous job left the "active" scope between the insert and the look-up.
+UNIQUE_TRIES: Final = 5
 
 # A worker registers its schedules when it starts. A new row starts at now():
 # ticks before a schedule existed are not enqueued. A known one keeps its
@@ -135,3 +159,97 @@ class ScheduleStatements:
             set_schedule_paused=t.render(SET_SCHEDULE_PAUSED),
             trigger_schedule=t.render(TRIGGER_SCHEDULE, active=active),
         )
+
+
+def register_schedules(s: ScheduleStatements, schedules: Sequence[Schedule]) -> Operation[None]:
+    """Write a worker's schedules into the table (new ones start now)."""
+    rows = [
+        {"name": d.name, "kind": d.kind, "cron": d.cron and d.cron.expression,
+         "every": d.every, "tz": d.tz, "payload": d.payload_json, "queue": d.queue,
+         "priority": d.priority, "overlap": d.overlap}
+        for d in schedules
+    ]  # fmt: skip
+
+    def plan() -> Plan[None]:
+        for row in rows:
+            yield Query(s.register_schedule, row)
+
+    return Operation(plan(), atomic=True)
+
+
+def schedule_clock(
+    s: ScheduleStatements, names: Sequence[str]
+) -> Operation[tuple[datetime, dict[str, datetime | None]]]:
+    """The database's clock, and the last tick of each schedule named that has a row."""
+
+    def plan() -> Plan[tuple[datetime, dict[str, datetime | None]]]:
+        [(now, found, ticks)] = yield Query(s.schedule_clock, {"names": list(names)})
+        return now, dict(zip(found, ticks, strict=True))
+
+    return Operation(plan())
+
+
+def tick_schedule(
+    s: ScheduleStatements, channel: str, regclass: str, schedule: Schedule, tick: datetime
+) -> Operation[Tick]:
+    """Record `tick` and enqueue its job, in one statement, unless it is recorded already.
+    `regclass`: the table's name as pg_get_serial_sequence reads it (quoted)."""
+    params = {
+        "name": schedule.name, "tick": tick, "table": regclass,
+        "kind": schedule.kind, "payload": schedule.payload_json, "queue": schedule.queue,
+        "priority": schedule.priority, "unique_key": schedule.unique_key,
+        "channel": channel,
+    }  # fmt: skip
+
+    def plan() -> Plan[Tick]:
+        [(won, paused, job_id, now, _)] = yield Query(s.schedule_ticks[schedule.overlap], params)
+        return Tick(won, job_id, paused, now)
+
+    return Operation(plan())
+
+
+def schedule_states(s: ScheduleStatements) -> Operation[list[ScheduleState]]:
+    """Every schedule in the table, by name, with its next tick by the database's clock."""
+
+    def plan() -> Plan[list[ScheduleState]]:
+        rows = yield Query(s.schedule_states)
+        return [ScheduleState.from_row(row) for row in rows]
+
+    return Operation(plan())
+
+
+def set_schedule_paused(s: ScheduleStatements, name: str, paused: bool) -> Operation[None]:
+    """Pause a schedule (its ticks enqueue nothing) or resume it (from now on)."""
+    name = validate_schedule_name(name)
+    params = {"name": name, "paused": paused}
+
+    def plan() -> Plan[None]:
+        if not (yield Query(s.set_schedule_paused, params)):
+            raise UnknownSchedule(name)
+
+    return Operation(plan())
+
+
+def trigger_schedule(
+    s: ScheduleStatements, active_holder: bytes, channel: str, name: str
+) -> Operation[int]:
+    """Enqueue a schedule's job now, from its row; not a tick. With overlap=False,
+    `DuplicateJob` if its previous job is still pending or running (which
+    `active_holder`, the holder of an "active" unique key, finds)."""
+    name = validate_schedule_name(name)
+    key = unique_key_of(name)
+    params = {"name": name, "unique_key": key, "channel": channel}
+
+    def plan() -> Plan[int]:
+        for _ in range(UNIQUE_TRIES):
+            [(found, job_id, _)] = yield Query(s.trigger_schedule, params)
+            if not found:
+                raise UnknownSchedule(name)
+            if job_id is not None:
+                return int(job_id)
+            rows = yield Query(active_holder, params)
+            if rows:
+                raise DuplicateJob(key, int(rows[0][0]))
+        raise RuntimeError(f"unique key {key!r} changed hands {UNIQUE_TRIES} times")
+
+    return Operation(plan())

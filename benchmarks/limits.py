@@ -437,7 +437,7 @@ def measure_claims(dsn: str, case: ClaimCase, claims: int) -> ClaimResult:
                 total, parts = explain(conn, claim)
                 total_without, _ = explain(conn, plain)
                 times: dict[bytes, list[float]] = {claim: [], plain: []}
-                complete = q.core.sql.complete
+                complete = q.core.sql.outcomes.complete
                 for i in range(WARMUP + claims):
                     for statement, samples in times.items():
                         start = time.perf_counter()

@@ -270,7 +270,7 @@ class QueueCore:
     ) -> Operation[list[Job]]:
         """Claim one orphaned job (`Job.orphaned`), for a worker to run alone."""
         params = self._claim_params(1, worker, kinds, queues)
-        orphan = self.sql.orphan_claims["queues" in params, "kinds" in params]
+        orphan = self.sql.claims.orphan_claims["queues" in params, "kinds" in params]
         return self._claim(orphan, params)
 
     def _claim(self, statement: bytes, params: dict[str, Any]) -> Operation[list[Job]]:
@@ -375,7 +375,7 @@ class QueueCore:
         def plan() -> Plan[list[int]]:
             if not ids:
                 return []
-            ((done, _),) = yield Query(self.sql.complete, params)
+            ((done, _),) = yield Query(self.sql.outcomes.complete, params)
             return list(done)
 
         return Operation(plan())
@@ -445,7 +445,7 @@ class QueueCore:
         return Operation(plan())
 
     def _failures_query(self, failures: Sequence[Failure]) -> Query:
-        return Query(self.sql.record_failures, _failure_arrays(failures))
+        return Query(self.sql.outcomes.record_failures, _failure_arrays(failures))
 
     def reap(self, visibility_timeout: timedelta) -> Operation[list[int]]:
         outcomes = self.reap_outcomes(visibility_timeout)
@@ -508,7 +508,7 @@ class QueueCore:
         def plan() -> Plan[Cancelled]:
             if not ids:
                 return Cancelled([], [], [])
-            ((deleted, requested, _, _),) = yield Query(self.sql.cancel, params)
+            ((deleted, requested, _, _),) = yield Query(self.sql.outcomes.cancel, params)
             found = set(deleted) | set(requested)
             return Cancelled(sorted(deleted), sorted(requested), [i for i in ids if i not in found])
 

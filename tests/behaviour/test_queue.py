@@ -221,7 +221,7 @@ async def test_claim_of_an_orphan_reads_the_orphans_index_not_the_backlog(
         "INSERT INTO {table} (kind, payload) SELECT 'new', 'null' FROM generate_series(1, 20000)"
     )
     raw.rows("ANALYZE {table}")
-    explain = b"EXPLAIN " + queue.core.sql.orphan_claims[False, False]
+    explain = b"EXPLAIN " + queue.core.sql.claims.orphan_claims[False, False]
     plan = "\n".join(r[0] for r in raw.conn.execute(explain, {"worker": "w", "limit": 1}))
     assert f"{queue.table}_orphans" in plan, plan
     assert "Seq Scan" not in plan, plan

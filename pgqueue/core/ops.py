@@ -16,21 +16,13 @@ from typing import Any, TypeVar
 from .backoff import Backoff
 from .jobs import (
     DEFAULT_QUEUE,
-    LEASE_EXPIRED,
     Job,
-    JobNotRunning,
     JobStatus,
     SpecLike,
     Stats,
-    error_text,
     validate_claim_bytes,
-    validate_delay,
-    validate_ids,
-    validate_kinds,
     validate_limit,
-    validate_queues,
     validate_spec,
-    validate_timeout,
 )
 from .migrations import (
     SchemaNames,
@@ -44,11 +36,15 @@ from .migrations import (
 )
 from .plans import Copy, Operation, Plan, Query, Rows, Step, drive, needs_transaction
 from .pooling import validate_transaction_pooling
-from .queue import control, enqueue, inspect, limits, maintenance, operators
+from .queue import claim as claim_plans
+from .queue import control, enqueue, inspect, limits, maintenance, operators, outcomes
 from .queue import schedules as schedules_sql
+from .queue.claim import in_claim_order
+from .queue.enqueue import COPY_THRESHOLD
 from .queue.inspect import QueueState
 from .queue.limits import LimitState
 from .queue.maintenance import Heartbeat
+from .queue.outcomes import Cancelled, Failure, failure_arrays, result_arrays
 from .results import JobResult
 from .schedules import (
     Schedule,
@@ -56,9 +52,11 @@ from .schedules import (
     Tick,
 )
 from .sql import Statements
-from .states import Event, next_state
+from .states import Event
 
 __all__ = [
+    "COPY_THRESHOLD",
+    "Failure",
     "Cancelled",
     "Copy",
     "Cycle",
@@ -91,29 +89,6 @@ class Cycle:
     # How many limit slots its outcomes left free: slots handed straight to a
     # waiting job of their key (claimed by this very turn) are not counted.
     slots_left_free: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Cancelled:
-    """What `cancel` did: jobs removed at once (waiting or dead), running jobs
-    asked to stop, and ids not in the queue (finished, or never there)."""
-
-    deleted: list[int]
-    requested: list[int]
-    not_found: list[int]
-
-
-@dataclass(frozen=True, slots=True)
-class Failure:
-    """One failed (or expired, or released) job, ready to be recorded."""
-
-    job_id: int
-    attempts: int
-    locked_by: str | None
-    new_attempts: int
-    status: JobStatus
-    delay: timedelta
-    error: str | None
 
 
 class QueueCore:
@@ -228,27 +203,6 @@ class QueueCore:
 
     # -- claim and outcomes ---------------------------------------------
 
-    def _claim_params(
-        self,
-        limit: int,
-        worker: str,
-        kinds: Iterable[str] | None,
-        queues: Iterable[str] | None = None,
-    ) -> dict[str, Any]:
-        """A claim's validated parameters; ``kinds`` and ``queues`` are present
-        only to filter by them."""
-        limit = validate_limit(limit)
-        kind_list = validate_kinds(kinds)
-        queue_list = validate_queues(queues)
-        if not isinstance(worker, str) or not worker or "\x00" in worker:
-            raise ValueError("worker must be a non-empty str")
-        params: dict[str, Any] = {"worker": worker, "limit": limit}
-        if kind_list is not None:
-            params["kinds"] = kind_list
-        if queue_list is not None:
-            params["queues"] = queue_list
-        return params
-
     def claim(
         self,
         limit: int = 20,
@@ -257,9 +211,9 @@ class QueueCore:
         kinds: Iterable[str] | None = None,
         queues: Iterable[str] | None = None,
     ) -> Operation[list[Job]]:
-        params = self._claim_params(limit, worker, kinds, queues)
+        params = claim_plans.claim_params(limit, worker, kinds, queues)
         statement = self.sql.claim_for("queues" in params, "kinds" in params, params.pop("limit"))
-        return self._claim(statement, params)
+        return claim_plans.claim_jobs(statement, params)
 
     def claim_orphan(
         self,
@@ -269,16 +223,9 @@ class QueueCore:
         queues: Iterable[str] | None = None,
     ) -> Operation[list[Job]]:
         """Claim one orphaned job (`Job.orphaned`), for a worker to run alone."""
-        params = self._claim_params(1, worker, kinds, queues)
+        params = claim_plans.claim_params(1, worker, kinds, queues)
         orphan = self.sql.claims.orphan_claims["queues" in params, "kinds" in params]
-        return self._claim(orphan, params)
-
-    def _claim(self, statement: bytes, params: dict[str, Any]) -> Operation[list[Job]]:
-        def plan() -> Plan[list[Job]]:
-            rows = yield Query(statement, params)
-            return _in_claim_order(map(Job.from_row, rows))
-
-        return Operation(plan())
+        return claim_plans.claim_jobs(orphan, params)
 
     def cycle(
         self,
@@ -304,7 +251,7 @@ class QueueCore:
         result (a worker knows from its `Job`), and the statement leaves
         that bookkeeping out; should one do either, a second statement
         records it in full."""
-        claim = self._claim_params(limit, worker, kinds, queues)
+        claim = claim_plans.claim_params(limit, worker, kinds, queues)
         if validate_claim_bytes(claim_bytes) is not None:
             claim["claim_bytes"] = claim_bytes
         if limited_max is not None:
@@ -331,9 +278,9 @@ class QueueCore:
         )
         params = {**claim, "worker": worker, "done": list(succeeded)}
         if failures:
-            params |= _failure_arrays(failures)
+            params |= failure_arrays(failures)
         if not plain:
-            params |= _result_arrays(results)
+            params |= result_arrays(results)
 
         def plan() -> Plan[Cycle]:
             ((done, failed, statuses, claimed, _, slots, token_in, left_free),) = yield Query(
@@ -345,7 +292,7 @@ class QueueCore:
                 seen = set(done)
                 rest = [i for i in params["done"] if i not in seen]
                 full = self.sql.turn(*shape, 0, False, 0, failures=False)
-                rest_params = {**claim, "worker": worker, "done": rest, **_result_arrays(None)}
+                rest_params = {**claim, "worker": worker, "done": rest, **result_arrays(None)}
                 ((recorded, _, _, _, _, _, _, freed),) = yield Query(full, rest_params)
                 done = done + recorded
                 left_free += freed
@@ -361,7 +308,7 @@ class QueueCore:
                 ((_, _, _, more, _, _, token_in, _),) = yield Query(again, nothing)
                 claimed = claimed + more
             written = {i: JobStatus(s) for i, s in zip(failed, statuses, strict=True)}
-            jobs = _in_claim_order(map(Job.from_json, claimed))
+            jobs = in_claim_order(map(Job.from_json, claimed))
             return Cycle(done, written, jobs, token_in, left_free)
 
         return Operation(plan())
@@ -369,59 +316,20 @@ class QueueCore:
     def complete(
         self, jobs_or_ids: Iterable[Job | int], results: Mapping[int, str] | None = None
     ) -> Operation[list[int]]:
-        ids = validate_ids(jobs_or_ids)
-        params = {"done": ids, **_result_arrays(results)}
-
-        def plan() -> Plan[list[int]]:
-            if not ids:
-                return []
-            ((done, _),) = yield Query(self.sql.outcomes.complete, params)
-            return list(done)
-
-        return Operation(plan())
+        return outcomes.complete(self.sql.outcomes, jobs_or_ids, results)
 
     def failure(
         self, job: Job, error: object, *, retry_in: timedelta | None = None, event: Event
     ) -> Failure:
         """Decide what a failed, expired or released job becomes."""
-        if not isinstance(job, Job):
-            raise TypeError(f"expected a Job, got {type(job).__name__}")
-        if retry_in is not None:
-            validate_delay(retry_in, "retry_in")
-        status = next_state(job.status, event, attempts=job.attempts, max_attempts=job.max_attempts)
-        assert isinstance(status, JobStatus)
-        new_attempts = job.attempts
-        if event is Event.RELEASE:
-            # The job never started: give its attempt back.
-            new_attempts = max(job.attempts - 1, 0)
-            delay = timedelta(0)
-        elif retry_in is not None:
-            delay = retry_in
-        elif event is Event.EXPIRE or event is Event.CANCEL:
-            delay = timedelta(0)
-        else:
-            delay = self.backoff.delay(job.attempts)
-        text = None if event is Event.RELEASE else error_text(error)
-        return Failure(job.id, job.attempts, job.locked_by, new_attempts, status, delay, text)
+        return outcomes.decide(job, error, retry_in=retry_in, event=event, backoff=self.backoff)
 
     def record_failures(self, failures: Sequence[Failure]) -> Operation[dict[int, JobStatus]]:
-        def plan() -> Plan[dict[int, JobStatus]]:
-            if not failures:
-                return {}
-            rows = yield self._failures_query(failures)
-            return _written(rows)
-
-        return Operation(plan())
+        return outcomes.record_failures(self.sql.outcomes, failures)
 
     def written_status(self, failure: Failure, written: dict[int, JobStatus]) -> JobStatus:
         """The status a recorded failure left, or `JobNotRunning` if nothing was written."""
-        try:
-            return written[failure.job_id]
-        except KeyError:
-            raise JobNotRunning(
-                f"job {failure.job_id} is not running under attempt {failure.attempts}; "
-                "its lease probably expired"
-            ) from None
+        return outcomes.written_status(failure, written)
 
     def settle(
         self,
@@ -444,9 +352,6 @@ class QueueCore:
 
         return Operation(plan())
 
-    def _failures_query(self, failures: Sequence[Failure]) -> Query:
-        return Query(self.sql.outcomes.record_failures, _failure_arrays(failures))
-
     def reap(self, visibility_timeout: timedelta) -> Operation[list[int]]:
         outcomes = self.reap_outcomes(visibility_timeout)
 
@@ -459,29 +364,9 @@ class QueueCore:
     def reap_outcomes(self, visibility_timeout: timedelta) -> Operation[dict[int, JobStatus]]:
         """`reap`, telling what each expired job became: ``pending``, or ``dead``
         when its lease expired on its last attempt (a worker reports both)."""
-        timeout = validate_timeout(visibility_timeout, "visibility_timeout")
-
-        def plan() -> Plan[dict[int, JobStatus]]:
-            [(ours,)] = yield Query(self.sql.maintenance.reap_lock, (self.table,))
-            if not ours:
-                return {}  # another worker is reaping this table right now
-            yield Query(self.sql.maintenance.prune_leases)
-            yield Query(self.sql.maintenance.prune_results)
-            rows = yield Query(self.sql.maintenance.expired, (timeout,))
-            failures = [
-                self.failure(
-                    _running_stub(job_id, attempts, max_attempts, locked_by),
-                    f"{LEASE_EXPIRED}: no word from worker {locked_by!r} for {timeout}",
-                    event=Event.EXPIRE,
-                )
-                for job_id, attempts, max_attempts, locked_by in rows
-            ]
-            if not failures:
-                return {}
-            written = yield self._failures_query(failures)
-            return _written(written)
-
-        return Operation(plan(), atomic=True)
+        return maintenance.reap_outcomes(
+            self.sql.maintenance, self.sql.outcomes, self.table, visibility_timeout
+        )
 
     def heartbeat(self, ids: Sequence[int], *, worker: str) -> Operation[Heartbeat]:
         return maintenance.heartbeat(self.sql.maintenance, ids, worker)
@@ -502,17 +387,7 @@ class QueueCore:
 
     def cancel(self, job_ids: Iterable[Job | int]) -> Operation[Cancelled]:
         """Cancel jobs: waiting and dead ones go now; running ones are asked to stop."""
-        ids = sorted(set(validate_ids(job_ids)))
-        params = {"ids": ids, "control": self.sql.control_channel}
-
-        def plan() -> Plan[Cancelled]:
-            if not ids:
-                return Cancelled([], [], [])
-            ((deleted, requested, _, _),) = yield Query(self.sql.outcomes.cancel, params)
-            found = set(deleted) | set(requested)
-            return Cancelled(sorted(deleted), sorted(requested), [i for i in ids if i not in found])
-
-        return Operation(plan())
+        return outcomes.cancel(self.sql.outcomes, self.sql.control_channel, job_ids)
 
     def result(self, job_id: Job | int) -> Operation[JobResult | None]:
         """Where a job stands: its row, else its kept result; None if neither."""
@@ -546,11 +421,7 @@ class QueueCore:
         return inspect.queue_states(self.sql.inspect)
 
     def explain_claim(self) -> Operation[str]:
-        def plan() -> Plan[str]:
-            rows = yield Query(self.sql.explain_claim, {"worker": "explain"})
-            return "\n".join(r[0] for r in rows)
-
-        return Operation(plan())
+        return claim_plans.explain(self.sql.explain_claim)
 
     def prune_history(self, older_than: timedelta) -> Operation[int]:
         return maintenance.prune_history(self.sql.maintenance, older_than)
@@ -617,52 +488,3 @@ class QueueCore:
         `DuplicateJob` if its previous job is still pending or running."""
         holder = self.sql.enqueues.unique_holders["active"]
         return schedules_sql.trigger_schedule(self.sql.schedules, holder, self.channel, name)
-
-
-def _failure_arrays(failures: Sequence[Failure]) -> dict[str, list[Any]]:
-    """The parameters of `Statements.record_failures`: one array per column."""
-    return {
-        "f_id": [f.job_id for f in failures],
-        "f_attempts": [f.attempts for f in failures],
-        "f_locked_by": [f.locked_by for f in failures],
-        "f_new_attempts": [f.new_attempts for f in failures],
-        "f_status": [f.status.value for f in failures],
-        "f_delay": [f.delay for f in failures],
-        "f_error": [f.error for f in failures],
-    }
-
-
-def _result_arrays(results: Mapping[int, str] | None) -> dict[str, list[Any]]:
-    """The return values a statement that records successes keeps (JSON text)."""
-    if not results:
-        return {"r_id": [], "r_value": []}
-    return {"r_id": list(results), "r_value": list(results.values())}
-
-
-def _written(rows: Rows) -> dict[int, JobStatus]:
-    """What the failures statement wrote: each job's status after it."""
-    ((ids, statuses, _),) = rows
-    return {i: JobStatus(s) for i, s in zip(ids, statuses, strict=True)}
-
-
-def _in_claim_order(jobs: Iterable[Job]) -> list[Job]:
-    # RETURNING promises no order; the claim's is priority (highest first), run_at, id.
-    return sorted(jobs, key=lambda j: (-j.priority, j.run_at, j.id))
-
-
-def _running_stub(job_id: int, attempts: int, max_attempts: int, locked_by: str | None) -> Job:
-    """Just enough of a running job for the state machine to judge it."""
-    epoch = datetime.min
-    return Job(
-        id=job_id,
-        kind="",
-        payload=None,
-        attempts=attempts,
-        max_attempts=max_attempts,
-        status=JobStatus.RUNNING,
-        run_at=epoch,
-        last_error=None,
-        locked_by=locked_by,
-        locked_at=None,
-        created_at=epoch,
-    )

@@ -26,11 +26,14 @@ rendering is kept by.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from psycopg import sql
 
+from ..jobs import Job, validate_kinds, validate_limit, validate_queues
+from ..plans import Operation, Plan, Query
 from ..schema.predicates import ORPHANED
 from .table import Table
 
@@ -326,3 +329,46 @@ class ClaimStatements:
                 for k in (False, True)
             }
         )
+
+
+def claim_params(
+    limit: int, worker: str, kinds: Iterable[str] | None, queues: Iterable[str] | None = None
+) -> dict[str, Any]:
+    """A claim's validated parameters; ``kinds`` and ``queues`` are present
+    only to filter by them."""
+    limit = validate_limit(limit)
+    kind_list = validate_kinds(kinds)
+    queue_list = validate_queues(queues)
+    if not isinstance(worker, str) or not worker or "\x00" in worker:
+        raise ValueError("worker must be a non-empty str")
+    params: dict[str, Any] = {"worker": worker, "limit": limit}
+    if kind_list is not None:
+        params["kinds"] = kind_list
+    if queue_list is not None:
+        params["queues"] = queue_list
+    return params
+
+
+def claim_jobs(statement: bytes, params: dict[str, Any]) -> Operation[list[Job]]:
+    """A claim (`claim_statement`, or an orphan's) with its parameters."""
+
+    def plan() -> Plan[list[Job]]:
+        rows = yield Query(statement, params)
+        return in_claim_order(map(Job.from_row, rows))
+
+    return Operation(plan())
+
+
+def in_claim_order(jobs: Iterable[Job]) -> list[Job]:
+    # RETURNING promises no order; the claim's is priority (highest first), run_at, id.
+    return sorted(jobs, key=lambda j: (-j.priority, j.run_at, j.id))
+
+
+def explain(explain_claim: bytes) -> Operation[str]:
+    """The claim's plan, with no row touched."""
+
+    def plan() -> Plan[str]:
+        rows = yield Query(explain_claim, {"worker": "explain"})
+        return "\n".join(r[0] for r in rows)
+
+    return Operation(plan())

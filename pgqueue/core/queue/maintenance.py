@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Final
 
-from ..jobs import validate_timeout
+from ..backoff import Backoff
+from ..jobs import LEASE_EXPIRED, Job, JobStatus, validate_timeout
 from ..plans import Operation, Plan, Query
+from ..states import Event
+from .outcomes import OutcomeStatements, decide, failure_arrays, written
 from .table import Table
 
 __all__ = [
@@ -118,3 +121,56 @@ def prune_history(s: MaintenanceStatements, older_than: timedelta) -> Operation[
         return int(count)
 
     return Operation(plan())
+
+
+def reap_outcomes(
+    s: MaintenanceStatements, outcomes: OutcomeStatements, table: str, visibility_timeout: timedelta
+) -> Operation[dict[int, JobStatus]]:
+    """The reaper: prune what expired, and record the running jobs whose
+    lease ran out as failures (pending again, or dead on their last
+    attempt); what each became. One reaper at a time per table."""
+    timeout = validate_timeout(visibility_timeout, "visibility_timeout")
+
+    def plan() -> Plan[dict[int, JobStatus]]:
+        [(ours,)] = yield Query(s.reap_lock, (table,))
+        if not ours:
+            return {}  # another worker is reaping this table right now
+        yield Query(s.prune_leases)
+        yield Query(s.prune_results)
+        rows = yield Query(s.expired, (timeout,))
+        failures = [
+            decide(
+                _running_stub(job_id, attempts, max_attempts, locked_by),
+                f"{LEASE_EXPIRED}: no word from worker {locked_by!r} for {timeout}",
+                retry_in=None,
+                event=Event.EXPIRE,
+                backoff=_NO_BACKOFF,  # an expired lease is retried at once
+            )
+            for job_id, attempts, max_attempts, locked_by in rows
+        ]
+        if not failures:
+            return {}
+        return written((yield Query(outcomes.record_failures, failure_arrays(failures))))
+
+    return Operation(plan(), atomic=True)
+
+
+_NO_BACKOFF: Final = Backoff()
+
+
+def _running_stub(job_id: int, attempts: int, max_attempts: int, locked_by: str | None) -> Job:
+    """Just enough of a running job for the state machine to judge it."""
+    epoch = datetime.min
+    return Job(
+        id=job_id,
+        kind="",
+        payload=None,
+        attempts=attempts,
+        max_attempts=max_attempts,
+        status=JobStatus.RUNNING,
+        run_at=epoch,
+        last_error=None,
+        locked_by=locked_by,
+        locked_at=None,
+        created_at=epoch,
+    )

@@ -1,106 +1,29 @@
 """What ends a job: success, failure (retry, death, cancellation), the
 operator's cancel; built from one list of "leaving" steps.
 
-A job that leaves the table (CTE `source`, its rows with the table's
-``leaving`` columns) is copied to the history (if the queue keeps one), the
-slot of its limit is freed (fenced by the attempt that took it), and its
-result is kept if it asked for one (result_ttl): `LEAVING_STEPS`, which
-every statement that ends jobs composes through `after_leaving`. The
-`results` notification is sent at the end of the statement, by `told`, for
-the results kept only. A new step (say, releasing a job's dependents) is
-one more entry in `LEAVING_STEPS`.
+Each composes the steps that follow a job's leaving the table from one
+list (`pgqueue.core.queue.leaving`). The plans decide what a failed job
+becomes (`decide`) and read back what the statements wrote.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from datetime import timedelta
+from typing import Any, Final
 
 from psycopg import sql
 
+from ..backoff import Backoff
+from ..jobs import Job, JobNotRunning, JobStatus, error_text, validate_delay, validate_ids
+from ..plans import Operation, Plan, Query, Rows
+from ..states import Event, next_state
+from .leaving import LEAVING_STEPS, Leaving, after_leaving, copy_to_history, told
 from .table import Table
 
-__all__ = [
-    "LEAVING_STEPS",
-    "Leaving",
-    "OutcomeStatements",
-    "after_leaving",
-    "failure_ctes",
-    "left_free",
-    "success_ctes",
-    "told",
-]
+__all__ = ["OutcomeStatements", "failure_ctes", "success_ctes"]
 
-# -- the leaving steps ----------------------------------------------------------
-#
-# The slots that the jobs leaving (CTE `{source}`) held are freed, fenced by
-# the attempt that took them. In a worker's turn (`served`: which jobs it may
-# claim), a freed slot is handed straight to the next ready job of its key,
-# which the turn claims (`{source}_handed`, read by the claim): no slot waits
-# for a claim that can see it free, and no other worker races this one for
-# it. A slot is handed within the limit only, as `free` takes one, and never
-# for a key with a rate (its tokens are the claim's to spend). A limit
-# lowered by a statement running at that very moment lets the slot go once
-# more, as a claim that began before it would. The freed CTE returns each
-# slot with its new job (NULL: free).
-SLOT_FENCE: Final = """d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.{attempt}"""
-FREED: Final = """
-{freed} AS (
-    UPDATE {slots} AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM {source} AS d
-     WHERE {fence}
-    RETURNING s.slot, s.job_id)"""
-HANDED_ON: Final = """
-{left} AS (
-    SELECT s.limit_key, s.slot,
-           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
-      FROM {slots} AS s, {source} AS d
-     WHERE {fence}
-       AND s.slot <= coalesce((SELECT max_running FROM {limits} AS m
-                                WHERE m.limit_key = s.limit_key), 1)
-       AND NOT EXISTS (SELECT FROM {slots} AS h
-                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
-                          AND h.slot > coalesce((SELECT max_running FROM {limits} AS m
-                                                  WHERE m.limit_key = s.limit_key), 1))
-       AND NOT EXISTS (SELECT FROM {limits} AS r
-                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
-{handed} AS (
-    SELECT x.id, x.attempts, f.limit_key, f.slot
-      FROM (SELECT limit_key, count(*) AS free FROM {left} GROUP BY limit_key) AS k
-     CROSS JOIN LATERAL (
-           SELECT y.id, y.attempts, row_number() OVER () AS n
-             FROM (SELECT id, attempts FROM {table} AS t
-                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
-                      AND t.run_at <= now(){served}
-                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
-                    ORDER BY t.priority DESC, t.run_at, t.id
-                    LIMIT k.free
-                    FOR UPDATE SKIP LOCKED) AS y) AS x
-      JOIN {left} AS f ON f.limit_key = k.limit_key AND f.n = x.n),
-{freed} AS (
-    UPDATE {slots} AS s
-       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM {handed} AS h
-                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
-      FROM {source} AS d
-     WHERE {fence}
-    RETURNING s.slot, s.job_id)"""
-# A result kept, for the jobs that asked for one; of a failure, only a death.
-KEEP_RESULT: Final = """,
-{kept} AS (
-    INSERT INTO {results} AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, {outcome}, {value}, {error}, d.attempts, now() + d.result_ttl
-      FROM {source} AS d{join}
-     WHERE d.result_ttl IS NOT NULL{only}
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id)"""
-# A success's return value, as JSON text, for the jobs that keep it.
-VALUES_JOIN: Final = """
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id"""
 
 # -- the statements that end jobs ------------------------------------------------
 #
@@ -189,105 +112,6 @@ SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM cancelled),
        {told}"""
 
 
-@dataclass(frozen=True, slots=True)
-class Leaving:
-    """Jobs that end, as the rows of the CTE `source`: what the leaving
-    steps need to know of them."""
-
-    source: str
-    # What a kept result records: an SQL expression of `source`'s row ``d``.
-    outcome: str
-    # The column of ``d`` holding the attempt that took the job's slot.
-    attempt: str = "attempts"
-    value: str = "NULL"
-    error: str = "NULL"
-    # What the history records them as; None: they stay in the table.
-    history: str | None = None
-    # In a worker's turn, which jobs it may claim: a freed slot goes to the
-    # next ready job of its key among them (`HANDED_ON`). None: freed.
-    served: sql.Composable | None = None
-
-
-def copy_to_history(t: Table, leaving: Leaving) -> sql.Composable:
-    if leaving.history is None:
-        return sql.SQL("")
-    return t.history_copy(leaving.source, leaving.history)
-
-
-def free_slot(t: Table, leaving: Leaving) -> sql.Composable:
-    source = leaving.source
-    fence = sql.SQL(SLOT_FENCE).format(attempt=sql.SQL(leaving.attempt))
-    names = {"freed": sql.SQL(f"{source}_freed"), "source": sql.SQL(source), "fence": fence}
-    if leaving.served is None:
-        return sql.SQL(",") + t.compose(FREED, **names)
-    return sql.SQL(",") + t.compose(
-        HANDED_ON,
-        left=sql.SQL(f"{source}_slots"),
-        handed=sql.SQL(f"{source}_handed"),
-        served=leaving.served,
-        **names,
-    )
-
-
-def keep_result(t: Table, leaving: Leaving) -> sql.Composable:
-    return t.compose(
-        KEEP_RESULT,
-        source=sql.SQL(leaving.source),
-        kept=sql.SQL(f"{leaving.source}_results"),
-        outcome=sql.SQL(leaving.outcome),
-        value=sql.SQL(leaving.value),
-        error=sql.SQL(leaving.error),
-        join=sql.SQL(VALUES_JOIN if leaving.value == "v.value" else ""),
-        only=sql.SQL("\n       AND d.status = 'dead'" if leaving.outcome == "d.status" else ""),
-    )
-
-
-LeavingStep = Callable[[Table, Leaving], sql.Composable]
-# What follows a job's leaving the table, in order: each a CTE (or nothing)
-# appended after the CTE `source` in one WITH, so that all of it is written
-# by the statement that ended the job, or none.
-LEAVING_STEPS: Final[tuple[LeavingStep, ...]] = (copy_to_history, free_slot, keep_result)
-
-
-def after_leaving(
-    t: Table, leaving: Leaving, steps: tuple[LeavingStep, ...] = LEAVING_STEPS
-) -> sql.Composable:
-    """The CTEs of the leaving `steps` (default: all of them) for `leaving`."""
-    return sql.Composed([step(t, leaving) for step in steps])
-
-
-def told(t: Table, *sources: str) -> sql.Composable:
-    """The notifications of a statement that records outcomes, a scalar
-    subquery of its last SELECT (so that it runs once what it announces is
-    written): a job's id on the results channel for each result kept; and,
-    if it left limit slots free, one on the jobs channel, which wakes the
-    workers (the claim of this very statement saw the slots taken). Counts
-    the notifications."""
-    kept = sql.SQL("\n                UNION ALL ").join(
-        sql.SQL(f"SELECT job_id FROM {src}_results") for src in sources
-    )
-    freed = sql.SQL("\n                        UNION ALL ").join(
-        sql.SQL(f"SELECT slot FROM {src}_freed WHERE job_id IS NULL") for src in sources
-    )
-    return t.compose(
-        "(SELECT count(pg_notify({results_channel}, job_id::text))"
-        "\n          FROM ({kept}) AS k)"
-        "\n       + (SELECT count(pg_notify({jobs_channel}, ''))"
-        "\n            FROM (SELECT FROM ({freed}) AS f HAVING count(*) > 0) AS w)",
-        kept=kept,
-        freed=freed,
-    )
-
-
-def left_free(*sources: str) -> sql.Composable:
-    """How many slots the statement's outcomes left free (none handed on):
-    a claim that can see them free may take them."""
-    freed = sql.SQL("\n                UNION ALL ").join(
-        sql.SQL(f"SELECT slot FROM {src}_freed WHERE job_id IS NULL") for src in sources
-    )
-    return sql.SQL("(SELECT count(*) FROM ({freed}) AS f)").format(freed=freed)
-
-
 def success_ctes(
     t: Table, *, worker: bool = False, plain: bool = False, served: sql.Composable | None = None
 ) -> sql.Composable:
@@ -337,3 +161,132 @@ class OutcomeStatements:
             ),
             cancel=t.render(CANCEL, after=after_leaving(t, cancelled), told=told(t, "cancelled")),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """One failed (or expired, or released) job, ready to be recorded."""
+
+    job_id: int
+    attempts: int
+    locked_by: str | None
+    new_attempts: int
+    status: JobStatus
+    delay: timedelta
+    error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Cancelled:
+    """What `cancel` did: jobs removed at once (waiting or dead), running jobs
+    asked to stop, and ids not in the queue (finished, or never there)."""
+
+    deleted: list[int]
+    requested: list[int]
+    not_found: list[int]
+
+
+def decide(
+    job: Job, error: object, *, retry_in: timedelta | None, event: Event, backoff: Backoff
+) -> Failure:
+    """Decide what a failed, expired or released job becomes."""
+    if not isinstance(job, Job):
+        raise TypeError(f"expected a Job, got {type(job).__name__}")
+    if retry_in is not None:
+        validate_delay(retry_in, "retry_in")
+    status = next_state(job.status, event, attempts=job.attempts, max_attempts=job.max_attempts)
+    assert isinstance(status, JobStatus)
+    new_attempts = job.attempts
+    if event is Event.RELEASE:
+        # The job never started: give its attempt back.
+        new_attempts = max(job.attempts - 1, 0)
+        delay = timedelta(0)
+    elif retry_in is not None:
+        delay = retry_in
+    elif event is Event.EXPIRE or event is Event.CANCEL:
+        delay = timedelta(0)
+    else:
+        delay = backoff.delay(job.attempts)
+    text = None if event is Event.RELEASE else error_text(error)
+    return Failure(job.id, job.attempts, job.locked_by, new_attempts, status, delay, text)
+
+
+def complete(
+    s: OutcomeStatements, jobs_or_ids: Iterable[Job | int], results: Mapping[int, str] | None
+) -> Operation[list[int]]:
+    ids = validate_ids(jobs_or_ids)
+    params = {"done": ids, **result_arrays(results)}
+
+    def plan() -> Plan[list[int]]:
+        if not ids:
+            return []
+        ((done, _),) = yield Query(s.complete, params)
+        return list(done)
+
+    return Operation(plan())
+
+
+def record_failures(
+    s: OutcomeStatements, failures: Sequence[Failure]
+) -> Operation[dict[int, JobStatus]]:
+    def plan() -> Plan[dict[int, JobStatus]]:
+        if not failures:
+            return {}
+        rows = yield Query(s.record_failures, failure_arrays(failures))
+        return written(rows)
+
+    return Operation(plan())
+
+
+def written_status(failure: Failure, written: dict[int, JobStatus]) -> JobStatus:
+    """The status a recorded failure left, or `JobNotRunning` if nothing was written."""
+    try:
+        return written[failure.job_id]
+    except KeyError:
+        raise JobNotRunning(
+            f"job {failure.job_id} is not running under attempt {failure.attempts}; "
+            "its lease probably expired"
+        ) from None
+
+
+def cancel(
+    s: OutcomeStatements, control_channel: str, job_ids: Iterable[Job | int]
+) -> Operation[Cancelled]:
+    """Cancel jobs: waiting and dead ones go now; running ones are asked to stop."""
+    ids = sorted(set(validate_ids(job_ids)))
+    params = {"ids": ids, "control": control_channel}
+
+    def plan() -> Plan[Cancelled]:
+        if not ids:
+            return Cancelled([], [], [])
+        ((deleted, requested, _, _),) = yield Query(s.cancel, params)
+        found = set(deleted) | set(requested)
+        return Cancelled(sorted(deleted), sorted(requested), [i for i in ids if i not in found])
+
+    return Operation(plan())
+
+
+def failure_arrays(failures: Sequence[Failure]) -> dict[str, list[Any]]:
+    """The parameters of the failures' CTEs: one array per column."""
+    return {
+        "f_id": [f.job_id for f in failures],
+        "f_attempts": [f.attempts for f in failures],
+        "f_locked_by": [f.locked_by for f in failures],
+        "f_new_attempts": [f.new_attempts for f in failures],
+        "f_status": [f.status.value for f in failures],
+        "f_delay": [f.delay for f in failures],
+        "f_error": [f.error for f in failures],
+    }
+
+
+def result_arrays(results: Mapping[int, str] | None) -> dict[str, list[Any]]:
+    """The return values a statement that records successes keeps (JSON text)."""
+    if not results:
+        return {"r_id": [], "r_value": []}
+    return {"r_id": list(results), "r_value": list(results.values())}
+
+
+def written(rows: Rows) -> dict[int, JobStatus]:
+    """What the failures statement wrote: each job's status after it."""
+    ((ids, statuses, _),) = rows
+    return {i: JobStatus(s) for i, s in zip(ids, statuses, strict=True)}

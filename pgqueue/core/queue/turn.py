@@ -17,7 +17,8 @@ from typing import Final
 from psycopg import sql
 
 from .claim import ClaimSpec, claim_update, limited_ctes, served_by
-from .outcomes import NO_FAILURES, failure_ctes, left_free, success_ctes, told
+from .leaving import left_free, told
+from .outcomes import NO_FAILURES, failure_ctes, success_ctes
 from .table import Table
 
 __all__ = ["TurnSpec", "turn_statement"]

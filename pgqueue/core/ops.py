@@ -9,7 +9,6 @@ is decided here, once.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -20,8 +19,6 @@ from .jobs import (
     JobStatus,
     SpecLike,
     Stats,
-    validate_claim_bytes,
-    validate_limit,
     validate_spec,
 )
 from .migrations import (
@@ -39,12 +36,12 @@ from .pooling import validate_transaction_pooling
 from .queue import claim as claim_plans
 from .queue import control, enqueue, inspect, limits, maintenance, operators, outcomes
 from .queue import schedules as schedules_sql
-from .queue.claim import in_claim_order
 from .queue.enqueue import COPY_THRESHOLD
 from .queue.inspect import QueueState
 from .queue.limits import LimitState
 from .queue.maintenance import Heartbeat
-from .queue.outcomes import Cancelled, Failure, failure_arrays, result_arrays
+from .queue.outcomes import Cancelled, Failure
+from .queue.turn import Cycle, Turns
 from .results import JobResult
 from .schedules import (
     Schedule,
@@ -76,21 +73,6 @@ __all__ = [
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True)
-class Cycle:
-    """What one turn of a worker's cycle wrote and claimed."""
-
-    completed: list[int]
-    failed: dict[int, JobStatus]
-    claimed: list[Job]
-    # In how many seconds a key with a rate (`set_rate`) whose jobs the turn
-    # left for want of a token has one again; None if no key waits so.
-    token_in: float | None = None
-    # How many limit slots its outcomes left free: slots handed straight to a
-    # waiting job of their key (claimed by this very turn) are not counted.
-    slots_left_free: int = 0
-
-
 class QueueCore:
     """Everything a queue decides, for one table, with no I/O.
 
@@ -112,12 +94,8 @@ class QueueCore:
         self.transaction_pooling = validate_transaction_pooling(transaction_pooling)
         self.schema = SchemaNames.for_table(table)
         self.backoff = backoff if backoff is not None else Backoff()
-        # Whether the table has limit slots, as the last worker's turn saw it
-        # (written by `cycle`'s plans, read when the next turn is built):
-        # while it has none, turns leave the claim of limited jobs out. A
-        # table's first slot comes with its first limited job, whose
-        # notification wakes the workers: the next turn includes them.
-        self.limits_in_use = True
+        # A worker's turns, and what the last one saw of the table.
+        self.turns = Turns(self.sql)
 
     @property
     def table(self) -> str:
@@ -251,67 +229,18 @@ class QueueCore:
         result (a worker knows from its `Job`), and the statement leaves
         that bookkeeping out; should one do either, a second statement
         records it in full."""
-        claim = claim_plans.claim_params(limit, worker, kinds, queues)
-        if validate_claim_bytes(claim_bytes) is not None:
-            claim["claim_bytes"] = claim_bytes
-        if limited_max is not None:
-            claim["limited_max"] = min(validate_limit(limited_max), claim["limit"])
-        return self._cycle(succeeded, failures, worker, claim, results, plain)
-
-    def _cycle(
-        self,
-        succeeded: Sequence[int],
-        failures: Sequence[Failure],
-        worker: str,
-        claim: dict[str, Any],
-        results: Mapping[int, str] | None = None,
-        plain: bool = False,
-    ) -> Operation[Cycle]:
-        claim = dict(claim)
-        limit = claim.pop("limit")
-        limited_max = claim.pop("limited_max", limit)
-        shape = ("queues" in claim, "kinds" in claim, "claim_bytes" in claim)
-        limited = self.limits_in_use
-        plain = plain and not results
-        statement = self.sql.turn(
-            *shape, limit, limited, limited_max, failures=bool(failures), plain=plain
+        return self.turns.cycle(
+            succeeded,
+            failures,
+            worker=worker,
+            limit=limit,
+            kinds=kinds,
+            queues=queues,
+            claim_bytes=claim_bytes,
+            results=results,
+            limited_max=limited_max,
+            plain=plain,
         )
-        params = {**claim, "worker": worker, "done": list(succeeded)}
-        if failures:
-            params |= failure_arrays(failures)
-        if not plain:
-            params |= result_arrays(results)
-
-        def plan() -> Plan[Cycle]:
-            ((done, failed, statuses, claimed, _, slots, token_in, left_free),) = yield Query(
-                statement, params
-            )
-            if plain and len(done) < len(params["done"]):
-                # A success held a slot or kept a result after all (or its
-                # lease was lost, and this finds it gone again).
-                seen = set(done)
-                rest = [i for i in params["done"] if i not in seen]
-                full = self.sql.turn(*shape, 0, False, 0, failures=False)
-                rest_params = {**claim, "worker": worker, "done": rest, **result_arrays(None)}
-                ((recorded, _, _, _, _, _, _, freed),) = yield Query(full, rest_params)
-                done = done + recorded
-                left_free += freed
-            self.limits_in_use = slots
-            if slots and not limited and limit > len(claimed):
-                # Limits came into use since the last turn: claim the rest
-                # of the batch again, limited jobs included, at once.
-                more = limit - len(claimed)
-                again = self.sql.turn(
-                    *shape, more, True, min(limited_max, more), failures=False, plain=True
-                )
-                nothing = {**claim, "worker": worker, "done": []}
-                ((_, _, _, more, _, _, token_in, _),) = yield Query(again, nothing)
-                claimed = claimed + more
-            written = {i: JobStatus(s) for i, s in zip(failed, statuses, strict=True)}
-            jobs = in_claim_order(map(Job.from_json, claimed))
-            return Cycle(done, written, jobs, token_in, left_free)
-
-        return Operation(plan())
 
     def complete(
         self, jobs_or_ids: Iterable[Job | int], results: Mapping[int, str] | None = None
@@ -342,15 +271,7 @@ class QueueCore:
         """A worker's batch of outcomes, in one statement whatever its size: a
         turn of the cycle that claims nothing. Successes are fenced by the
         worker's name, failures by their claim."""
-        turn = self._cycle(succeeded, failures, worker, {"limit": 0}, results)
-
-        def plan() -> Plan[tuple[list[int], dict[int, JobStatus]]]:
-            if not succeeded and not failures:
-                return [], {}
-            done = yield from turn.plan
-            return done.completed, done.failed
-
-        return Operation(plan())
+        return self.turns.settle(succeeded, failures, worker=worker, results=results)
 
     def reap(self, visibility_timeout: timedelta) -> Operation[list[int]]:
         outcomes = self.reap_outcomes(visibility_timeout)

@@ -197,7 +197,7 @@ SERVED_QUEUES: Final = """
 # The claim proper: limited jobs first, then the rest of the batch. While no
 # limit is in use (no slot exists), a worker's turn leaves the limited part
 # out: a claim of jobs without a limit key is then what it was before limits
-# existed (`QueueCore.limits_in_use`).
+# existed (`Turns.limits_in_use`).
 CLAIM: Final = """
 UPDATE {table} AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1

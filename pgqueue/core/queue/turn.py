@@ -11,17 +11,30 @@ the key its rendering is kept by.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Any, Final
 
 from psycopg import sql
 
-from .claim import ClaimSpec, claim_update, limited_ctes, served_by
+from ..jobs import Job, JobStatus, validate_claim_bytes, validate_limit
+from ..plans import Operation, Plan, Query
+from .claim import ClaimSpec, claim_params, claim_update, in_claim_order, limited_ctes, served_by
 from .leaving import left_free, told
-from .outcomes import NO_FAILURES, failure_ctes, success_ctes
+from .outcomes import (
+    NO_FAILURES,
+    Failure,
+    failure_arrays,
+    failure_ctes,
+    result_arrays,
+    success_ctes,
+)
 from .table import Table
 
-__all__ = ["TurnSpec", "turn_statement"]
+if TYPE_CHECKING:
+    from ..sql import Statements
+
+__all__ = ["Cycle", "TurnSpec", "Turns", "turn_statement"]
 
 CYCLE: Final = (
     "\nWITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),"
@@ -99,3 +112,139 @@ def turn_statement(t: Table, spec: TurnSpec) -> bytes:
         wake=sql.SQL(WAKE if spec.limited else "NULL::double precision"),
         left_free=left_free(*sources) if sources else sql.SQL("0"),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Cycle:
+    """What one turn of a worker's cycle wrote and claimed."""
+
+    completed: list[int]
+    failed: dict[int, JobStatus]
+    claimed: list[Job]
+    # In how many seconds a key with a rate (`set_rate`) whose jobs the turn
+    # left for want of a token has one again; None if no key waits so.
+    token_in: float | None = None
+    # How many limit slots its outcomes left free: slots handed straight to a
+    # waiting job of their key (claimed by this very turn) are not counted.
+    slots_left_free: int = 0
+
+
+class Turns:
+    """A worker's turns on one table (`QueueCore.cycle`, `QueueCore.settle`)."""
+
+    def __init__(self, statements: Statements) -> None:
+        self.sql = statements
+        # Whether the table has limit slots, as the last worker's turn saw it
+        # (written by the turns' plans, read when the next turn is built):
+        # while it has none, turns leave the claim of limited jobs out. A
+        # table's first slot comes with its first limited job, whose
+        # notification wakes the workers: the next turn includes them.
+        self.limits_in_use = True
+
+    def cycle(
+        self,
+        succeeded: Sequence[int],
+        failures: Sequence[Failure],
+        *,
+        worker: str,
+        limit: int,
+        kinds: Iterable[str] | None = None,
+        queues: Iterable[str] | None = None,
+        claim_bytes: int | None = None,
+        results: Mapping[int, str] | None = None,
+        limited_max: int | None = None,
+        plain: bool = False,
+    ) -> Operation[Cycle]:
+        """One turn of a worker: record its outcomes and claim its next batch,
+        in one statement (`turn_statement`); the batch stops at the job
+        whose payload takes it past ``claim_bytes``, if given. ``results``: the
+        return values (JSON text) of the successes that keep one. Of limited
+        jobs, it takes at most ``limited_max`` (a worker: its concurrency, so
+        that it holds no slot for a job that waits for a runner). ``plain``:
+        the caller knows that no success holds a limit slot or keeps a
+        result (a worker knows from its `Job`), and the statement leaves
+        that bookkeeping out; should one do either, a second statement
+        records it in full."""
+        claim = claim_params(limit, worker, kinds, queues)
+        if validate_claim_bytes(claim_bytes) is not None:
+            claim["claim_bytes"] = claim_bytes
+        if limited_max is not None:
+            claim["limited_max"] = min(validate_limit(limited_max), claim["limit"])
+        return self.take(succeeded, failures, worker, claim, results, plain)
+
+    def take(
+        self,
+        succeeded: Sequence[int],
+        failures: Sequence[Failure],
+        worker: str,
+        claim: dict[str, Any],
+        results: Mapping[int, str] | None = None,
+        plain: bool = False,
+    ) -> Operation[Cycle]:
+        """A turn with validated claim parameters (`claim_params`)."""
+        claim = dict(claim)
+        limit = claim.pop("limit")
+        limited_max = claim.pop("limited_max", limit)
+        shape = ("queues" in claim, "kinds" in claim, "claim_bytes" in claim)
+        limited = self.limits_in_use
+        plain = plain and not results
+        statement = self.sql.turn(
+            *shape, limit, limited, limited_max, failures=bool(failures), plain=plain
+        )
+        params = {**claim, "worker": worker, "done": list(succeeded)}
+        if failures:
+            params |= failure_arrays(failures)
+        if not plain:
+            params |= result_arrays(results)
+
+        def plan() -> Plan[Cycle]:
+            ((done, failed, statuses, claimed, _, slots, token_in, left_free),) = yield Query(
+                statement, params
+            )
+            if plain and len(done) < len(params["done"]):
+                # A success held a slot or kept a result after all (or its
+                # lease was lost, and this finds it gone again).
+                seen = set(done)
+                rest = [i for i in params["done"] if i not in seen]
+                full = self.sql.turn(*shape, 0, False, 0, failures=False)
+                rest_params = {**claim, "worker": worker, "done": rest, **result_arrays(None)}
+                ((recorded, _, _, _, _, _, _, freed),) = yield Query(full, rest_params)
+                done = done + recorded
+                left_free += freed
+            self.limits_in_use = slots
+            if slots and not limited and limit > len(claimed):
+                # Limits came into use since the last turn: claim the rest
+                # of the batch again, limited jobs included, at once.
+                more = limit - len(claimed)
+                again = self.sql.turn(
+                    *shape, more, True, min(limited_max, more), failures=False, plain=True
+                )
+                nothing = {**claim, "worker": worker, "done": []}
+                ((_, _, _, more, _, _, token_in, _),) = yield Query(again, nothing)
+                claimed = claimed + more
+            written = {i: JobStatus(s) for i, s in zip(failed, statuses, strict=True)}
+            jobs = in_claim_order(map(Job.from_json, claimed))
+            return Cycle(done, written, jobs, token_in, left_free)
+
+        return Operation(plan())
+
+    def settle(
+        self,
+        succeeded: Sequence[int],
+        failures: Sequence[Failure],
+        *,
+        worker: str,
+        results: Mapping[int, str] | None = None,
+    ) -> Operation[tuple[list[int], dict[int, JobStatus]]]:
+        """A worker's batch of outcomes, in one statement whatever its size: a
+        turn of the cycle that claims nothing. Successes are fenced by the
+        worker's name, failures by their claim."""
+        turn = self.take(succeeded, failures, worker, {"limit": 0}, results)
+
+        def plan() -> Plan[tuple[list[int], dict[int, JobStatus]]]:
+            if not succeeded and not failures:
+                return [], {}
+            done = yield from turn.plan
+            return done.completed, done.failed
+
+        return Operation(plan())

@@ -25,10 +25,10 @@ import psycopg
 from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolClosed
 
+from ..connection import blocking, settings
 from ..core.jobs import wrong_connection
 from ..core.ops import Copy, Operation, Rows, Step, needs_transaction
 from ..core.pooling import check_pool_kwargs, pool_kwargs
-from ..sync import driver as sync_driver
 
 __all__ = ["CallerConnection", "Driver", "PoolTarget", "make_driver"]
 
@@ -61,7 +61,7 @@ async def perform(conn: psycopg.AsyncConnection[Any], step: Step) -> Rows:
 
 async def run_on(conn: CallerConnection, op: Operation[T]) -> T:
     if isinstance(conn, psycopg.Connection):
-        return await anyio.to_thread.run_sync(sync_driver.run_on, conn, op)
+        return await anyio.to_thread.run_sync(blocking.run_on, conn, op)
     if not isinstance(conn, psycopg.AsyncConnection):
         raise wrong_connection(conn, "a psycopg.AsyncConnection (asyncio) or a psycopg.Connection")
     if not on_asyncio():
@@ -124,7 +124,7 @@ class NativeDriver:
 class ThreadDriver:
     """psycopg's sync pool from worker threads; any anyio backend."""
 
-    def __init__(self, sync: sync_driver.Driver) -> None:
+    def __init__(self, sync: blocking.Driver) -> None:
         self.sync = sync
 
     async def open(self) -> None:
@@ -172,14 +172,14 @@ class Driver:
     @property
     def conninfo(self) -> str:
         target = self._target
-        return target if isinstance(target, str) else sync_driver.pool_conninfo(target)
+        return target if isinstance(target, str) else settings.pool_conninfo(target)
 
     async def connection_settings(self) -> tuple[str, dict[str, Any]]:
         """The conninfo and keyword arguments the queue's pool connects with
         (for a connection beside it: a worker's LISTEN)."""
         target = self._target
         if isinstance(target, str):
-            return target, sync_driver.connection_kwargs(target)
+            return target, settings.connection_kwargs(target)
         if isinstance(target, AsyncConnectionPool):
             conninfo: Any = target.conninfo
             kwargs: Any = target.kwargs
@@ -192,17 +192,17 @@ class Driver:
                 if inspect.isawaitable(kwargs):
                     kwargs = await kwargs
             return str(conninfo), dict(kwargs or {})
-        return sync_driver.resolve_settings(target)
+        return settings.resolve_settings(target)
 
     def _choose(self) -> Impl:
         target = self._target
         if isinstance(target, AsyncConnectionPool):
             return NativeDriver(target, owned=False)
         if isinstance(target, ConnectionPool):
-            return ThreadDriver(sync_driver.Driver(target, owned=False))
+            return ThreadDriver(blocking.Driver(target, owned=False))
         if on_asyncio():
             kwargs = pool_kwargs(
-                sync_driver.connection_kwargs(target), transaction_pooling=self._transaction_pooling
+                settings.connection_kwargs(target), transaction_pooling=self._transaction_pooling
             )
             pool = AsyncConnectionPool(
                 target,
@@ -211,11 +211,11 @@ class Driver:
                 kwargs=kwargs,
                 open=False,
                 name="pgqueue",
-                reconnect_timeout=sync_driver.RECONNECT_TIMEOUT,
+                reconnect_timeout=settings.RECONNECT_TIMEOUT,
                 reconnect_failed=reconnect_now,
             )
             return NativeDriver(pool, owned=True)
-        sync = sync_driver.make_driver(
+        sync = blocking.make_driver(
             target, max_size=self._max_size, transaction_pooling=self._transaction_pooling
         )
         return ThreadDriver(sync)
@@ -245,7 +245,7 @@ class Driver:
 
 
 async def reconnect_now(pool: AsyncConnectionPool) -> None:
-    """`pgqueue.sync.driver.reconnect_now`, for psycopg's async pool."""
+    """`pgqueue.connection.blocking.reconnect_now`, for psycopg's async pool."""
     if not pool.closed:
         with suppress(PoolClosed):
             await pool.check()

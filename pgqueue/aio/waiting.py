@@ -1,4 +1,4 @@
-"""`AsyncQueue.wait`: the blocking wait of `pgqueue.sync.waiting`, in a thread.
+"""`AsyncQueue.wait`: the blocking wait of `pgqueue.connection.waiting`, in a thread.
 
 One implementation serves asyncio and trio (psycopg's async connections
 are asyncio's only); a cancelled wait tells its thread to stop, and the
@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import anyio.to_thread
 
+from ..connection.waiting import wait_blocking
 from ..core.jobs import Job
-from ..sync.waiting import wait_blocking
 
 if TYPE_CHECKING:
     from .queue import AsyncQueue

@@ -38,9 +38,9 @@ import anyio.lowlevel
 import anyio.to_thread
 import psycopg
 
+from ...connection.settings import connection_kwargs
 from ...core.events import one_line
 from ...core.worker import RETRY_BACKOFF
-from ...sync.driver import connection_kwargs
 from .calls import WorkerQueue
 from .flags import Wakeup, call_soon
 

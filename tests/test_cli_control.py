@@ -47,7 +47,7 @@ def test_cancel_removes_waiting_and_dead_jobs_and_asks_running_ones_to_stop(
     ]
     [job] = queue.jobs()
     assert (job.id, job.status, job.cancel_requested) == (running, JobStatus.RUNNING, True)
-    assert queue.heartbeat([running], worker="w").cancel == [running]
+    assert queue._heartbeat([running], worker="w").cancel == [running]
 
 
 def test_cancel_json_and_ids_not_in_the_queue_exit_1(run: Cli, queue: pgqueue.Queue) -> None:
@@ -83,7 +83,7 @@ def test_cancel_of_bad_ids_is_a_usage_error(run: Cli, queue: pgqueue.Queue, raw:
 def test_result_of_a_succeeded_job_prints_its_value(run: Cli, queue: pgqueue.Queue) -> None:
     job_id = queue.enqueue("total", result_ttl=KEEP)
     queue.claim(1, worker="w")
-    queue.settle([job_id], [], worker="w", results={job_id: '{"total": 3, "ok": true}'})
+    queue._settle([job_id], [], worker="w", results={job_id: '{"total": 3, "ok": true}'})
 
     ran = run("result", str(job_id))
     assert ran.code == 0, ran

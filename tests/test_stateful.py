@@ -428,7 +428,7 @@ class QueueMachine(RuleBasedStateMachine):
         values = {i: {"returned": self.model[i].payload} for i in chosen}
         results = {i: json.dumps(v) for i, v in values.items()}
         assert worker is not None
-        done, failed = self.queue.settle(chosen, [], worker=worker, results=results)
+        done, failed = self.queue._settle(chosen, [], worker=worker, results=results)
         assert (sorted(done), failed) == (sorted(chosen), {})
         for job_id in chosen:
             assert self.transition(job_id, Event.SUCCEED, value=values[job_id]) is DELETED
@@ -555,7 +555,7 @@ class QueueMachine(RuleBasedStateMachine):
         worker = self.claims[data.draw(st.sampled_from(self.ids(JobStatus.RUNNING)))].locked_by
         assert worker is not None
         mine = sorted(i for i, job in self.claims.items() if job.locked_by == worker)
-        beat = self.queue.heartbeat(mine, worker=worker)
+        beat = self.queue._heartbeat(mine, worker=worker)
         asked = [i for i in mine if self.model[i].cancel_requested]
         assert (sorted(beat.held), sorted(beat.cancel)) == (mine, asked)
         assert isinstance(beat, Heartbeat)

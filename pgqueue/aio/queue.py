@@ -305,7 +305,7 @@ class AsyncQueue:
 
         Returns how many were deleted. A job that is not running is left
         alone; a running job is deleted whoever holds it (workers record their
-        successes through `settle`, which only deletes their own claims).
+        successes through `_settle`, which only deletes their own claims).
         """
         done: list[int] = await self._driver.run(self.core.complete(jobs_or_ids))
         return len(done)
@@ -452,7 +452,9 @@ class AsyncQueue:
         """Record a schedule's tick and enqueue its job in one statement (for `AsyncWorker`)."""
         return await self._driver.run(self.core.tick_schedule(schedule, tick))
 
-    async def settle(
+    # -- the worker's calls (`pgqueue.aio.worker.calls.QueueCalls`) --------------
+
+    async def _settle(
         self,
         succeeded: Sequence[int],
         failures: Sequence[Failure],
@@ -464,7 +466,7 @@ class AsyncQueue:
         op = self.core.settle(succeeded, failures, worker=worker, results=results)
         return await self._driver.run(op)
 
-    async def cycle(
+    async def _cycle(
         self,
         succeeded: Sequence[int],
         failures: Sequence[Failure],
@@ -488,7 +490,7 @@ class AsyncQueue:
                              limited_max=limited_max, plain=plain)  # fmt: skip
         return await self._driver.run(op)
 
-    async def claim_orphan(
+    async def _claim_orphan(
         self,
         *,
         worker: str,
@@ -499,16 +501,16 @@ class AsyncQueue:
         op = self.core.claim_orphan(worker=worker, kinds=kinds, queues=queues)
         return await self._driver.run(op)
 
-    async def heartbeat(self, job_ids: Sequence[int], *, worker: str) -> Heartbeat:
+    async def _heartbeat(self, job_ids: Sequence[int], *, worker: str) -> Heartbeat:
         """Renew the leases of ``worker``'s running jobs; say which are still
         held, and which of those were asked to stop (`cancel`)."""
         return await self._driver.run(self.core.heartbeat(job_ids, worker=worker))
 
-    async def cancel_requests(self, job_ids: Sequence[int]) -> list[int]:
+    async def _cancel_requests(self, job_ids: Sequence[int]) -> list[int]:
         """Which of these jobs had their cancel requested (for `AsyncWorker`)."""
         return await self._driver.run(self.core.cancel_requests(job_ids))
 
-    async def reap_outcomes(self, visibility_timeout: timedelta) -> dict[int, JobStatus]:
+    async def _reap_outcomes(self, visibility_timeout: timedelta) -> dict[int, JobStatus]:
         """`reap`, telling what each expired job became (pending, or dead on its last attempt)."""
         return await self._driver.run(self.core.reap_outcomes(visibility_timeout))
 

@@ -304,7 +304,7 @@ class Queue:
 
         Returns how many were deleted. A job that is not running is left
         alone; a running job is deleted whoever holds it (workers record their
-        successes through `settle`, which only deletes their own claims).
+        successes through `_settle`, which only deletes their own claims).
         """
         done: list[int] = self._driver.run(self.core.complete(jobs_or_ids))
         return len(done)
@@ -445,7 +445,9 @@ class Queue:
         """Record a schedule's tick and enqueue its job in one statement (for `AsyncWorker`)."""
         return self._driver.run(self.core.tick_schedule(schedule, tick))
 
-    def settle(
+    # -- the worker's calls (`pgqueue.aio.worker.calls.QueueCalls`) --------------
+
+    def _settle(
         self,
         succeeded: Sequence[int],
         failures: Sequence[Failure],
@@ -457,7 +459,7 @@ class Queue:
         op = self.core.settle(succeeded, failures, worker=worker, results=results)
         return self._driver.run(op)
 
-    def cycle(
+    def _cycle(
         self,
         succeeded: Sequence[int],
         failures: Sequence[Failure],
@@ -481,7 +483,7 @@ class Queue:
                              limited_max=limited_max, plain=plain)  # fmt: skip
         return self._driver.run(op)
 
-    def claim_orphan(
+    def _claim_orphan(
         self,
         *,
         worker: str,
@@ -492,16 +494,16 @@ class Queue:
         op = self.core.claim_orphan(worker=worker, kinds=kinds, queues=queues)
         return self._driver.run(op)
 
-    def heartbeat(self, job_ids: Sequence[int], *, worker: str) -> Heartbeat:
+    def _heartbeat(self, job_ids: Sequence[int], *, worker: str) -> Heartbeat:
         """Renew the leases of ``worker``'s running jobs; say which are still
         held, and which of those were asked to stop (`cancel`)."""
         return self._driver.run(self.core.heartbeat(job_ids, worker=worker))
 
-    def cancel_requests(self, job_ids: Sequence[int]) -> list[int]:
+    def _cancel_requests(self, job_ids: Sequence[int]) -> list[int]:
         """Which of these jobs had their cancel requested (for `AsyncWorker`)."""
         return self._driver.run(self.core.cancel_requests(job_ids))
 
-    def reap_outcomes(self, visibility_timeout: timedelta) -> dict[int, JobStatus]:
+    def _reap_outcomes(self, visibility_timeout: timedelta) -> dict[int, JobStatus]:
         """`reap`, telling what each expired job became (pending, or dead on its last attempt)."""
         return self._driver.run(self.core.reap_outcomes(visibility_timeout))
 

@@ -104,8 +104,8 @@ async def test_cancel_deletes_pending_and_dead_jobs_and_asks_running_ones_to_sto
     job = await queue.get(running)
     assert (job.status, job.locked_by, job.cancel_requested) == (JobStatus.RUNNING, "w", True)
     # The worker learns it from its heartbeat, which still renews the lease.
-    assert await queue.heartbeat([running], worker="w") == Heartbeat([running], [running])
-    assert await queue.heartbeat([running], worker="someone else") == Heartbeat([], [])
+    assert await queue._heartbeat([running], worker="w") == Heartbeat([running], [running])
+    assert await queue._heartbeat([running], worker="someone else") == Heartbeat([], [])
     # Asking again changes nothing; a bystander is untouched.
     again = await queue.cancel(running, pending)
     assert (again.deleted, again.requested, again.not_found) == ([], [running], [pending])
@@ -116,8 +116,8 @@ async def test_heartbeat_reports_no_cancel_for_jobs_not_cancelled(queue: Any) ->
     a, b = await queue.enqueue_many([("k", 1), ("k", 2)])
     await queue.claim(2, worker="w")
     await queue.cancel(b)
-    assert await queue.heartbeat([a, b], worker="w") == Heartbeat([a, b], [b])
-    assert await queue.heartbeat([a], worker="w") == Heartbeat([a], [])
+    assert await queue._heartbeat([a, b], worker="w") == Heartbeat([a, b], [b])
+    assert await queue._heartbeat([a], worker="w") == Heartbeat([a], [])
 
 
 async def test_cancel_of_nothing_and_of_bad_ids(queue: Any) -> None:
@@ -200,7 +200,7 @@ async def test_a_cancel_the_table_did_not_request_is_a_plain_failure(
     [job] = await queue.claim(worker="w")
     failure = queue.core.failure(job, "JobCancelled", event=pgqueue.core.states.Event.CANCEL)
     assert failure.status is JobStatus.CANCELLED
-    assert await queue.settle([], [failure], worker="w") == ([], {job_id: JobStatus(status)})
+    assert await queue._settle([], [failure], worker="w") == ([], {job_id: JobStatus(status)})
     assert raw.rows("SELECT status, attempts FROM {table}") == [(status, 1)]
     result = await queue.result(job_id)
     assert result.outcome == status
@@ -211,7 +211,7 @@ async def test_a_cancel_the_table_requested_deletes_the_job(queue: Any, raw: Raw
     [job] = await queue.claim(worker="w")
     await queue.cancel(job_id)
     failure = queue.core.failure(job, "JobCancelled", event=pgqueue.core.states.Event.CANCEL)
-    assert await queue.settle([], [failure], worker="w") == ([], {job_id: JobStatus.CANCELLED})
+    assert await queue._settle([], [failure], worker="w") == ([], {job_id: JobStatus.CANCELLED})
     assert raw.count() == 0
     result = await queue.result(job_id)
     assert (result.outcome, result.value) == ("cancelled", None)
@@ -223,7 +223,7 @@ async def test_the_reaper_deletes_a_cancelled_job_whose_lease_expired(queue: Any
     )
     await queue.claim(2, worker="gone")
     await queue.cancel(cancelled)
-    assert await queue.reap_outcomes(TINY) == {
+    assert await queue._reap_outcomes(TINY) == {
         cancelled: JobStatus.CANCELLED,
         plain: JobStatus.PENDING,
     }
@@ -254,7 +254,7 @@ async def test_history_records_cancelled_jobs_from_every_state(
         await q.cancel(dead, pending, failed, reaped, done)
         assert await q.fail(jobs[failed], "stopped") is JobStatus.CANCELLED
         # A handler that finished anyway: its success is recorded as such.
-        assert await q.settle([done], [], worker="w") == ([done], {})
+        assert await q._settle([done], [], worker="w") == ([done], {})
         await q.reap(TINY)
     assert raw.count() == 0
     rows = side_rows(raw, table, "SELECT id, outcome, last_error FROM {history} ORDER BY id")
@@ -279,7 +279,7 @@ async def test_result_follows_a_job_from_pending_to_succeeded(queue: Any) -> Non
     assert job.result_ttl == KEEP
     running = await queue.result(job)
     assert (running.outcome, running.finished) == ("running", False)
-    done, _ = await queue.settle([job_id], [], worker="w", results={job_id: '{"total": 3}'})
+    done, _ = await queue._settle([job_id], [], worker="w", results={job_id: '{"total": 3}'})
     assert done == [job_id]
     result = await queue.result(job_id)
     assert (result.outcome, result.value, result.error) == ("succeeded", {"total": 3}, None)
@@ -291,7 +291,7 @@ async def test_a_success_recorded_by_a_cycle_keeps_its_value(queue: Any) -> None
     kept, plain = await queue.enqueue_many([JobSpec("k", 1, result_ttl=KEEP), JobSpec("k", 2)])
     await queue.claim(2, worker="w")
     nxt = await queue.enqueue("next")
-    turn = await queue.cycle(
+    turn = await queue._cycle(
         [kept, plain], [], worker="w", limit=5, results={kept: '[1, "two", null]', plain: "3"}
     )
     assert sorted(turn.completed) == [kept, plain]
@@ -341,7 +341,7 @@ async def test_result_of_a_job_without_result_ttl(queue: Any) -> None:
         "boom",
     )
     await queue.claim(1, kinds=["k"], worker="w")
-    await queue.settle([job_id], [], worker="w", results={job_id: '"ignored"'})
+    await queue._settle([job_id], [], worker="w", results={job_id: '"ignored"'})
     assert await queue.result(job_id) is None
     assert await queue.result(job_id + 1000) is None
     await queue.cancel(dead)
@@ -352,9 +352,9 @@ async def test_only_jobs_with_result_ttl_notify_their_results(queue: Any, raw: R
     raw.conn.execute(queue.core.sql.listen_results)
     plain, kept = await queue.enqueue_many([JobSpec("k", 1), JobSpec("k", 2, result_ttl=KEEP)])
     await queue.claim(1, worker="w")
-    await queue.settle([plain], [], worker="w")  # committed first: heard first, if at all
+    await queue._settle([plain], [], worker="w")  # committed first: heard first, if at all
     await queue.claim(1, worker="w")
-    await queue.settle([kept], [], worker="w", results={kept: "1"})
+    await queue._settle([kept], [], worker="w", results={kept: "1"})
     note = next(raw.conn.notifies(timeout=PATIENCE, stop_after=1))
     assert (note.channel, note.payload) == (queue.core.sql.results_channel, str(kept))
 
@@ -382,7 +382,7 @@ async def test_wait_returns_the_value_of_a_job_completed_while_it_waits(
         tg.start_soon(waiter)
         await wait_until(waiting, "the wait has looked")
         assert got == []
-        await queue.settle([job_id], [], worker="w", results={job_id: '{"ok": true}'})
+        await queue._settle([job_id], [], worker="w", results={job_id: '{"ok": true}'})
     assert got == [{"ok": True}]
 
 
@@ -397,7 +397,7 @@ async def test_waits_on_many_jobs_from_many_tasks(queue: Any) -> None:
         for job_id in ids:
             tg.start_soon(waiter, job_id)
         jobs = await queue.claim(6, worker="w")
-        await queue.settle(ids, [], worker="w", results={j.id: str(j.payload) for j in jobs})
+        await queue._settle(ids, [], worker="w", results={j.id: str(j.payload) for j in jobs})
     assert got == {job_id: n for n, job_id in enumerate(ids)}
 
 
@@ -480,7 +480,7 @@ async def test_results_expire_and_the_reaper_prunes_them(queue: Any, raw: Raw) -
         [JobSpec("k", 1, result_ttl=TINY), JobSpec("k", 2, result_ttl=KEEP)]
     )
     await queue.claim(2, worker="w")
-    await queue.settle([short, long], [], worker="w", results={short: "1", long: "2"})
+    await queue._settle([short, long], [], worker="w", results={short: "1", long: "2"})
     assert await queue.result(short) is None  # past its ttl: not read, even before pruning
     assert (await queue.result(long)).value == 2
     kept = "SELECT job_id FROM {results} ORDER BY job_id"
@@ -499,7 +499,7 @@ async def test_a_retried_job_keeps_the_result_of_its_last_run(queue: Any) -> Non
     await queue.retry([job_id])
     assert (await queue.result(job_id)).outcome == "pending"
     await queue.claim(worker="w")
-    await queue.settle([job_id], [], worker="w", results={job_id: '"second run"'})
+    await queue._settle([job_id], [], worker="w", results={job_id: '"second run"'})
     result = await queue.result(job_id)
     assert (result.outcome, result.value, result.error) == ("succeeded", "second run", None)
 
@@ -639,15 +639,15 @@ async def test_a_stale_worker_cannot_free_the_slot_of_a_newer_claim(queue: Any, 
 
     with pytest.raises(pgqueue.JobNotRunning):
         await queue.fail(stale, "late news")
-    assert await queue.settle([job_id], [], worker="slow") == ([], {})
+    assert await queue._settle([job_id], [], worker="slow") == ([], {})
     stale_failure = queue.core.failure(stale, "late", event=pgqueue.core.states.Event.FAIL)
-    assert await queue.settle([], [stale_failure], worker="slow") == ([], {})
+    assert await queue._settle([], [stale_failure], worker="slow") == ([], {})
     # The slot is still the fresh claim's: the waiting job stays waiting.
     assert taken_slots(raw, queue.table, "one") == [(1, job_id, 2)]
     assert await queue.claim(5, worker="other") == []
     assert await queue.limits() == [pgqueue.LimitState("one", 1, 1, 1, False)]
 
-    assert await queue.settle([job_id], [], worker="fresh") == ([job_id], {})
+    assert await queue._settle([job_id], [], worker="fresh") == ([job_id], {})
     assert [j.id for j in await queue.claim(5, worker="other")] == [waiting]
 
 
@@ -662,7 +662,7 @@ async def test_a_success_hands_its_slot_to_the_next_job_of_its_key_in_the_same_t
     assert job.id == first
     # The turn that records the success claims the next job of the key, on
     # the slot the success held: no claim in between could take the slot.
-    turn = await queue.cycle([first], [], worker="w", limit=5)
+    turn = await queue._cycle([first], [], worker="w", limit=5)
     assert turn.completed == [first]
     assert [j.id for j in turn.claimed] == [second]
     assert turn.slots_left_free == 0
@@ -670,9 +670,9 @@ async def test_a_success_hands_its_slot_to_the_next_job_of_its_key_in_the_same_t
     assert await queue.claim(5, worker="other") == []
     # A failure frees its slot (the job waits out its backoff); the last
     # success finds no job of its key ready and leaves its slot free.
-    [job] = (await queue.cycle([second], [], worker="w", limit=5)).claimed
+    [job] = (await queue._cycle([second], [], worker="w", limit=5)).claimed
     assert job.id == third
-    turn = await queue.cycle([third], [], worker="w", limit=5)
+    turn = await queue._cycle([third], [], worker="w", limit=5)
     assert (turn.claimed, turn.slots_left_free) == ([], 1)
     assert taken_slots(raw, queue.table, "one") == []
     assert await queue.limits() == [pgqueue.LimitState("one", 1, 0, 0, True)]
@@ -687,24 +687,24 @@ async def test_a_slot_is_handed_only_to_a_job_the_worker_may_run_within_the_limi
     [ja, jb] = await queue.claim(5, worker="w", kinds=["a"])
     assert {ja.id, jb.id} == {a, b}
     # Of another kind than the worker serves: not handed; the slot is free.
-    turn = await queue.cycle([a], [], worker="w", limit=5, kinds=["a"])
+    turn = await queue._cycle([a], [], worker="w", limit=5, kinds=["a"])
     assert (turn.claimed, turn.slots_left_free) == ([], 1)
     # A lowered limit: the slot of a job above it is not handed on either.
     c = await queue.enqueue("a", limit_key="one")
     await queue.set_limit("one", 1)
     assert {s for s, _, _ in taken_slots(raw, queue.table, "one")} == {2}
-    turn = await queue.cycle([b], [], worker="w", limit=5)
+    turn = await queue._cycle([b], [], worker="w", limit=5)
     assert (turn.claimed, turn.slots_left_free) == ([], 1)
     # Within the limit again, a claim takes the slot; the handed-on chain
     # then runs the key's jobs one at a time, in order.
     [job] = await queue.claim(5, worker="w")
     assert job.id == other_kind
-    turn = await queue.cycle([other_kind], [], worker="w", limit=5)
+    turn = await queue._cycle([other_kind], [], worker="w", limit=5)
     assert [j.id for j in turn.claimed] == [c]
     # A key with a rate: its tokens decide, so a success hands nothing on.
     await queue.set_rate("one", per_second=1000, burst=10)
     d = await queue.enqueue("a", limit_key="one")
-    turn = await queue.cycle([c], [], worker="w", limit=5)
+    turn = await queue._cycle([c], [], worker="w", limit=5)
     assert turn.slots_left_free == 1
     assert [j.id for j in turn.claimed] in ([], [d])  # a token, in a claim that saw the slot free
 
@@ -774,21 +774,21 @@ async def test_a_workers_turn_claims_limited_jobs_once_limits_come_into_use(
     queue: Any,
 ) -> None:
     plain = await queue.enqueue("k")
-    turn = await queue.cycle([], [], worker="w", limit=10)
+    turn = await queue._cycle([], [], worker="w", limit=10)
     assert [j.id for j in turn.claimed] == [plain]
     # The table's first limited jobs, and another job beside them.
     limited = await queue.enqueue_many([JobSpec("k", i, limit_key="x") for i in range(2)])
     other = await queue.enqueue("k")
-    turn = await queue.cycle([plain], [], worker="w", limit=10)
+    turn = await queue._cycle([plain], [], worker="w", limit=10)
     assert turn.completed == [plain]
     assert sorted(j.id for j in turn.claimed) == sorted([limited[0], other])
     # From then on, the limit holds in every turn.
-    turn = await queue.cycle([other], [], worker="w", limit=10)
+    turn = await queue._cycle([other], [], worker="w", limit=10)
     assert (turn.completed, turn.claimed) == ([other], [])
-    turn = await queue.cycle([limited[0]], [], worker="w", limit=10)
+    turn = await queue._cycle([limited[0]], [], worker="w", limit=10)
     # The slot that turn freed is free for the next claim (the statement's
     # own claim may not see it: it reads the slots as they were before it).
-    then = await queue.cycle([], [], worker="w", limit=10)
+    then = await queue._cycle([], [], worker="w", limit=10)
     assert [j.id for j in turn.claimed + then.claimed] == [limited[1]]
 
 
@@ -802,7 +802,7 @@ async def test_a_turn_told_its_successes_are_plain_still_frees_slots_and_keeps_r
     ordinary = await queue.enqueue("k")
     assert len(await queue.claim(3, worker="w")) == 3
     assert [s for s, _, _ in taken_slots(raw, table, "x")] == [1]
-    turn = await queue.cycle([limited, kept, ordinary], [], worker="w", limit=5, plain=True)
+    turn = await queue._cycle([limited, kept, ordinary], [], worker="w", limit=5, plain=True)
     assert sorted(turn.completed) == sorted([limited, kept, ordinary])
     assert taken_slots(raw, table, "x") == []
     result = await queue.result(kept)
@@ -811,7 +811,7 @@ async def test_a_turn_told_its_successes_are_plain_still_frees_slots_and_keeps_r
     # A success this worker no longer holds is refused either way.
     again = await queue.enqueue("k")
     await queue.claim(worker="other")
-    turn = await queue.cycle([again], [], worker="w", limit=5, plain=True)
+    turn = await queue._cycle([again], [], worker="w", limit=5, plain=True)
     assert turn.completed == []
 
 
@@ -874,7 +874,7 @@ async def test_enqueue_many_keeps_limit_keys_and_result_ttls(
     states = await queue.limits()
     assert [(s.key, s.max_running, s.running) for s in states] == [("key0", 1, 1), ("key1", 1, 1)]
     kept = [j for j in claimed if j.result_ttl is not None]
-    await queue.settle([j.id for j in kept], [], worker="w", results={j.id: "7" for j in kept})
+    await queue._settle([j.id for j in kept], [], worker="w", results={j.id: "7" for j in kept})
     for job in kept:
         assert (await queue.result(job.id)).value == 7
 

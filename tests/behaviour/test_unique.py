@@ -146,7 +146,7 @@ async def test_released_queued_job_does_not_collide_with_a_newer_duplicate(
     job = await claim_one(queue, first)
     second = await queue.enqueue("k", unique_key="a")
     release = queue.core.failure(job, None, event=Event.RELEASE)
-    done, written = await queue.settle([], [release], worker=job.locked_by)
+    done, written = await queue._settle([], [release], worker=job.locked_by)
     assert (done, written) == ([], {first: JobStatus.PENDING})
     assert raw.rows("SELECT id, status, attempts FROM {table} ORDER BY id") == [
         (first, "pending", 1),
@@ -161,7 +161,7 @@ async def test_released_queued_job_without_a_duplicate_gives_the_key_up(queue: A
     first = await queue.enqueue("k", unique_key="a")
     job = await claim_one(queue, first)
     release = queue.core.failure(job, None, event=Event.RELEASE)
-    await queue.settle([], [release], worker=job.locked_by)
+    await queue._settle([], [release], worker=job.locked_by)
     assert await queue.enqueue("k", unique_key="a") != first
 
 
@@ -171,7 +171,7 @@ async def test_released_active_job_gets_its_attempt_back_and_keeps_the_key(
     first = await queue.enqueue("k", unique_key="a", unique="active")
     job = await claim_one(queue, first)
     release = queue.core.failure(job, None, event=Event.RELEASE)
-    await queue.settle([], [release], worker=job.locked_by)
+    await queue._settle([], [release], worker=job.locked_by)
     assert raw.rows("SELECT status, attempts FROM {table}") == [("pending", 0)]
     assert await queue.enqueue("k", unique_key="a", unique="active") == first
 

@@ -393,4 +393,4 @@ async def test_a_buried_orphan_retried_by_an_operator_still_runs_alone(
     assert (await queue.get(job_id)).status is JobStatus.DEAD
     assert await queue.retry(job_id) == 1
     assert (await queue.get(job_id)).orphaned
-    assert [j.id for j in await queue.claim_orphan(worker="w")] == [job_id]
+    assert [j.id for j in await queue._claim_orphan(worker="w")] == [job_id]

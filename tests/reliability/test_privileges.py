@@ -168,7 +168,7 @@ async def test_runtime_role_with_only_the_documented_grants_runs_the_whole_queue
         [job] = await q.claim(1, worker="by-hand")
         assert job.id == doomed
         # A heartbeat, as a worker sends for a job that runs for a while.
-        assert (await q.heartbeat([doomed], worker="by-hand")).held == [doomed]
+        assert (await q._heartbeat([doomed], worker="by-hand")).held == [doomed]
         assert await q.fail(job, "again") is pgqueue.JobStatus.DEAD
         assert await q.retry(doomed) == 1
         [job] = await q.claim(1, worker="by-hand")

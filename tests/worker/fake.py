@@ -21,6 +21,7 @@ import psycopg
 import psycopg.errors
 
 from pgqueue import Job, JobStatus
+from pgqueue.aio.worker.calls import Channels
 from pgqueue.core.jobs import LEASE_EXPIRED
 from pgqueue.core.ops import Cycle, Failure, Heartbeat, QueueCore
 from pgqueue.core.schedules import Schedule, Tick
@@ -31,7 +32,10 @@ class FakeQueue:
     table = "fake_jobs"
 
     def __init__(self) -> None:
-        self.core = QueueCore(self.table)
+        core = QueueCore(self.table)
+        self.transaction_pooling = False
+        self.channels = Channels(core.sql.control_channel, core.sql.listen, core.sql.listen_control)
+        self.decide = core.failure  # the decisions are the real ones
         self.tasks = TaskRegistry()  # none: the tests give handlers
         self.jobs: dict[int, Job] = {}  # pending, running and dead; succeeded ones are deleted
         self.succeeded: list[int] = []

@@ -1,7 +1,9 @@
 """The database calls a worker makes: a small protocol, each call bounded and watched.
 
 `WorkerQueue` is all the worker needs of an `AsyncQueue`, so that each
-component can be tested against a fake (`tests/worker/fake.py`). `Calls`
+component can be tested against a fake (`tests/worker/fake.py`); the
+worker reaches the queue's core through it only. `QueueCalls` is the
+`WorkerQueue` of an `AsyncQueue`, whose worker-only calls are private. `Calls`
 makes every call with a client-side deadline (a silent connection costs
 at most the worker's ``call_timeout``) and logs a call that has waited `STALL_WARNING`
 seconds, and again when it ends. `Shields` keeps a call whose result must
@@ -15,18 +17,22 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import anyio
 import psycopg
 import psycopg_pool
 
 from ...core.jobs import Job, JobStatus
-from ...core.ops import Cycle, Failure, Heartbeat, QueueCore
+from ...core.ops import Cycle, Failure, Heartbeat
 from ...core.schedules import Schedule, Tick
+from ...core.states import Event
 from ...core.worker import STALL_WARNING
 
-__all__ = ["DATABASE_ERRORS", "Calls", "Shields", "WorkerQueue"]
+if TYPE_CHECKING:
+    from ..queue import AsyncQueue
+
+__all__ = ["DATABASE_ERRORS", "Calls", "Channels", "QueueCalls", "Shields", "WorkerQueue"]
 
 log = logging.getLogger("pgqueue.worker")
 
@@ -46,16 +52,34 @@ DATABASE_ERRORS = (
 )
 
 
-class WorkerQueue(Protocol):
-    """The queue calls a worker makes (`pgqueue.AsyncQueue` has them all)."""
+@dataclass(frozen=True, slots=True)
+class Channels:
+    """What the worker's LISTEN connection runs and hears."""
 
-    @property
-    def core(self) -> QueueCore: ...
+    control: str  # the control channel (cancel requests); the others wake claims
+    listen: bytes  # LISTEN on the table's channel (new jobs, freed slots)
+    listen_control: bytes  # LISTEN on the control channel
+
+
+class WorkerQueue(Protocol):
+    """The queue calls a worker makes (`QueueCalls` makes them on an `AsyncQueue`)."""
 
     @property
     def table(self) -> str: ...
 
-    async def cycle(  # a worker's turn: see `AsyncQueue.cycle`
+    @property
+    def transaction_pooling(self) -> bool: ...
+
+    @property
+    def channels(self) -> Channels: ...
+
+    def decide(
+        self, job: Job, error: object, *, retry_in: timedelta | None = None, event: Event
+    ) -> Failure:
+        """What a failed, expired or released job becomes (no I/O)."""
+        ...
+
+    async def cycle(  # a worker's turn: see `AsyncQueue._cycle`
         self, succeeded: Sequence[int], failures: Sequence[Failure], *, worker: str, limit: int,
         kinds: Sequence[str] | None = None, queues: Sequence[str] | None = None,
         claim_bytes: int | None = None, results: Mapping[int, str] | None = None,
@@ -90,6 +114,28 @@ class WorkerQueue(Protocol):
     ) -> tuple[datetime, dict[str, datetime | None]]: ...
 
     async def tick_schedule(self, schedule: Schedule, tick: datetime) -> Tick: ...
+
+
+class QueueCalls:
+    """The `WorkerQueue` of an `AsyncQueue`: its worker-only calls (private
+    on the queue) and what the worker must know of the queue's core."""
+
+    def __init__(self, queue: AsyncQueue) -> None:
+        core = queue.core
+        self.table = queue.table
+        self.transaction_pooling = core.transaction_pooling
+        self.channels = Channels(core.sql.control_channel, core.sql.listen, core.sql.listen_control)
+        self.decide = core.failure
+        self.cycle = queue._cycle
+        self.settle = queue._settle
+        self.claim_orphan = queue._claim_orphan
+        self.heartbeat = queue._heartbeat
+        self.cancel_requests = queue._cancel_requests
+        self.reap_outcomes = queue._reap_outcomes
+        self.connection_settings = queue.connection_settings
+        self.register_schedules = queue.register_schedules
+        self.schedule_clock = queue.schedule_clock
+        self.tick_schedule = queue.tick_schedule
 
 
 @dataclass(eq=False, slots=True)

@@ -20,7 +20,7 @@ import anyio
 from ...core.context import JobContext
 from ...core.jobs import Job, JobStatus
 from ...core.ledger import Ledger, Phase
-from ...core.ops import Failure, QueueCore
+from ...core.ops import Failure
 from ...core.states import Event
 from ...core.worker import (
     CANCELLED,
@@ -63,10 +63,6 @@ class Completer:
     # `cut_flush_after`, a second signal): both written here only.
     _flushing: anyio.CancelScope | None = field(default=None, init=False)
     _flush_by: float = field(default=math.inf, init=False)
-
-    @property
-    def core(self) -> QueueCore:
-        return self.queue.core
 
     # -- what runners call -------------------------------------------------------
 
@@ -113,7 +109,7 @@ class Completer:
         duration: float | None = None,
         exc: BaseException | None = None,
     ) -> Outcome:
-        failure = self.core.failure(job, error, event=event)
+        failure = self.queue.decide(job, error, event=event)
         if event is not Event.RELEASE:
             self.reporter.decided(job, failure, event, exc)
         return Outcome(failure, event, duration)
@@ -140,7 +136,7 @@ class Completer:
 
     def release(self, job: Job) -> Outcome:
         """The outcome of a job given back unstarted (its attempt given back too)."""
-        return Outcome(self.core.failure(job, "released", event=Event.RELEASE), Event.RELEASE)
+        return Outcome(self.queue.decide(job, "released", event=Event.RELEASE), Event.RELEASE)
 
     def release_unstarted(self) -> None:
         """(Shutdown.) Every claimed job no runner began becomes a release to write."""

@@ -95,7 +95,7 @@ class Crew:
         # Not through a transaction pooler: the worker then polls, and the
         # lease keeper looks for cancels every second (nobody listens).
         self._listens = worker_listens(
-            settings.listen_conninfo, transaction_pooling=queue.core.transaction_pooling
+            settings.listen_conninfo, transaction_pooling=queue.transaction_pooling
         )
         self.lease = LeaseKeeper(settings, queue, self.calls, self.ledger, self.runners.cancel,
                                  self.notifier)  # fmt: skip

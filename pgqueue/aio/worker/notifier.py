@@ -186,12 +186,12 @@ class Notifier:
     ) -> None:
         """(In a thread.) Connect, LISTEN, and at each notification wake the
         fetcher, or, on the control channel, hint the lease keeper."""
-        control = self.queue.core.sql.control_channel
+        channels = self.queue.channels
         with psycopg.Connection.connect(conninfo, **connection_kwargs(conninfo, kwargs)) as conn:
             # The queue's channel last: its LISTEN is what pg_stat_activity
             # shows of this connection, as before the control channel existed.
-            conn.execute(self.queue.core.sql.listen_control)
-            conn.execute(self.queue.core.sql.listen)
+            conn.execute(channels.listen_control)
+            conn.execute(channels.listen)
             self._answered = monotonic()
             call_soon(token, started.set)
             while not self._stop.is_set():
@@ -200,10 +200,10 @@ class Notifier:
                     # pg_stat_activity keeps showing). It blocks while the
                     # connection is silent (see `_watch`); notifications
                     # meanwhile wait for the next notifies().
-                    conn.execute(self.queue.core.sql.listen)
+                    conn.execute(channels.listen)
                     self._answered = monotonic()
                 for note in conn.notifies(timeout=0.5, stop_after=1):
-                    if note.channel != control:
+                    if note.channel != channels.control:
                         call_soon(token, self.wakeup.set)
                         continue
                     try:

@@ -21,6 +21,7 @@ from ...core.jobs import DEFAULT_QUEUE
 from ...core.schedules import Schedule, validate_schedule
 from ...core.worker import Handlers, WorkerSettings
 from ..queue import AsyncQueue
+from .calls import QueueCalls, WorkerQueue
 from .control import RunControl
 from .crew import Crew
 
@@ -240,7 +241,11 @@ class AsyncWorker:
         """
         if handle_signals is None:
             handle_signals = self.handle_signals
-        crew = Crew(self.queue, self.settings, self.handlers, self._event_listeners,
+        # What the run calls on the queue (`WorkerQueue`); a queue that is
+        # one already (the fake of tests/worker) is used as it is.
+        queue = self.queue
+        calls: WorkerQueue = QueueCalls(queue) if isinstance(queue, AsyncQueue) else queue
+        crew = Crew(calls, self.settings, self.handlers, self._event_listeners,
                     list(self._schedules.values()))  # fmt: skip
         self._control.begin(crew)  # raises if a run is under way
         log.info(

@@ -85,12 +85,22 @@ def tests_behaviour(session: nox.Session) -> None:
         session.error(f"the behaviour suite failed on {', '.join(failed)}")
 
 
+@nox.session(python=PYTHON)
+def unit(session: nox.Session) -> None:
+    """Everything below the database, in seconds: tests/unit (the core, the
+    ledger, the worker's components against a fake queue) and the SQL
+    snapshot. None of it starts PostgreSQL."""
+    _tests(session, "tests/unit", "tests/test_sql_snapshot.py")
+
+
 @nox.session(name="tests-core", python=PYTHON)
 def tests_core(session: nox.Session) -> None:
-    """Pure property tests, the stateful model test and the examples."""
+    """The stateful model test, the CLI, the docs' and the examples' tests
+    (tests/unit runs in the unit session)."""
     _tests(
         session,
         "tests",
+        "--ignore=tests/unit",
         "--ignore=tests/behaviour",
         "--ignore=tests/reliability",
         "--ignore=tests/browser",

@@ -1,7 +1,7 @@
 """The database calls a worker makes: a small protocol, each call bounded and watched.
 
 `WorkerQueue` is all the worker needs of an `AsyncQueue`, so that each
-component can be tested against a fake (`tests/worker/fake.py`); the
+component can be tested against a fake (`tests/unit/worker/fake.py`); the
 worker reaches the queue's core through it only. `QueueCalls` is the
 `WorkerQueue` of an `AsyncQueue`, whose worker-only calls are private. `Calls`
 makes every call with a client-side deadline (a silent connection costs

@@ -242,7 +242,7 @@ class AsyncWorker:
         if handle_signals is None:
             handle_signals = self.handle_signals
         # What the run calls on the queue (`WorkerQueue`); a queue that is
-        # one already (the fake of tests/worker) is used as it is.
+        # one already (the fake of tests/unit/worker) is used as it is.
         queue = self.queue
         calls: WorkerQueue = QueueCalls(queue) if isinstance(queue, AsyncQueue) else queue
         crew = Crew(calls, self.settings, self.handlers, self._event_listeners,

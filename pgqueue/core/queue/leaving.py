@@ -153,10 +153,11 @@ LEAVING_STEPS: Final[tuple[LeavingStep, ...]] = (copy_to_history, free_slot, kee
 
 
 def after_leaving(
-    t: Table, leaving: Leaving, steps: tuple[LeavingStep, ...] = LEAVING_STEPS
+    t: Table, leaving: Leaving, steps: tuple[LeavingStep, ...] | None = None
 ) -> sql.Composable:
-    """The CTEs of the leaving `steps` (default: all of them) for `leaving`."""
-    return sql.Composed([step(t, leaving) for step in steps])
+    """The CTEs of the leaving `steps` (default: `LEAVING_STEPS`) for `leaving`."""
+    chosen = LEAVING_STEPS if steps is None else steps
+    return sql.Composed([step(t, leaving) for step in chosen])
 
 
 def told(t: Table, *sources: str) -> sql.Composable:

@@ -19,7 +19,7 @@ from ..backoff import Backoff
 from ..jobs import Job, JobNotRunning, JobStatus, error_text, validate_delay, validate_ids
 from ..plans import Operation, Plan, Query, Rows
 from ..states import Event, next_state
-from .leaving import LEAVING_STEPS, Leaving, after_leaving, copy_to_history, told
+from .leaving import Leaving, after_leaving, copy_to_history, told
 from .table import Table
 
 __all__ = ["OutcomeStatements", "failure_ctes", "success_ctes"]
@@ -125,7 +125,7 @@ def success_ctes(
     if plain:
         fence += " AND limit_key IS NULL AND result_ttl IS NULL"
     leaving = Leaving("done", "'succeeded'", value="v.value", history="succeeded", served=served)
-    steps = (copy_to_history,) if plain else LEAVING_STEPS
+    steps = (copy_to_history,) if plain else None  # None: every leaving step
     return t.compose(DONE, fence=sql.SQL(fence), after=after_leaving(t, leaving, steps))
 
 

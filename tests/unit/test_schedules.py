@@ -33,7 +33,7 @@ from pgqueue.core.schedules import (
 from pgqueue.core.sql import Statements
 
 BERLIN = ZoneInfo("Europe/Berlin")
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "schedules.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "schedules.md"
 
 
 def utc(year: int, month: int, day: int, hour: int = 0, minute: int = 0, s: int = 0) -> datetime:

@@ -6,7 +6,7 @@ This module is the source of `pgqueue.sync.queue`, which
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
@@ -455,40 +455,17 @@ class AsyncQueue:
     # -- the worker's calls (`pgqueue.aio.worker.calls.QueueCalls`) --------------
 
     async def _settle(
-        self,
-        succeeded: Sequence[int],
-        failures: Sequence[Failure],
-        *,
-        worker: str,
-        results: Mapping[int, str] | None = None,
+        self, succeeded: Sequence[int], failures: Sequence[Failure], **options: Any
     ) -> tuple[list[int], dict[int, JobStatus]]:
-        """Record ``worker``'s batch of outcomes (see `QueueCore.settle`)."""
-        op = self.core.settle(succeeded, failures, worker=worker, results=results)
-        return await self._driver.run(op)
+        """Record a worker's batch of outcomes (`pgqueue.core.queue.turn.Turns.settle`)."""
+        return await self._driver.run(self.core.turns.settle(succeeded, failures, **options))
 
     async def _cycle(
-        self,
-        succeeded: Sequence[int],
-        failures: Sequence[Failure],
-        *,
-        worker: str,
-        limit: int,
-        kinds: Iterable[str] | None = None,
-        queues: Iterable[str] | None = None,
-        claim_bytes: int | None = None,
-        results: Mapping[int, str] | None = None,
-        limited_max: int | None = None,
-        plain: bool = False,
+        self, succeeded: Sequence[int], failures: Sequence[Failure], **options: Any
     ) -> Cycle:
-        """Record ``worker``'s outcomes and claim its next batch in one round trip
-        (at most ``limit`` jobs; with ``claim_bytes``, stopping at the one
-        whose payload takes the batch past that many bytes). ``results``:
-        the return values (JSON text) of successes that keep one; ``plain``:
-        no success holds a limit slot or keeps a result (see `QueueCore.cycle`)."""
-        op = self.core.cycle(succeeded, failures, worker=worker, limit=limit, kinds=kinds,
-                             queues=queues, claim_bytes=claim_bytes, results=results,
-                             limited_max=limited_max, plain=plain)  # fmt: skip
-        return await self._driver.run(op)
+        """Record a worker's outcomes and claim its next batch in one round trip
+        (`pgqueue.core.queue.turn.Turns.cycle`, which says what ``options`` are)."""
+        return await self._driver.run(self.core.turns.cycle(succeeded, failures, **options))
 
     async def _claim_orphan(
         self,

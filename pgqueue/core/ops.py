@@ -94,7 +94,8 @@ class QueueCore:
         self.transaction_pooling = validate_transaction_pooling(transaction_pooling)
         self.schema = SchemaNames.for_table(table)
         self.backoff = backoff if backoff is not None else Backoff()
-        # A worker's turns, and what the last one saw of the table.
+        # A worker's turns (`Turns.cycle`, `Turns.settle`), and what the last
+        # one saw of the table.
         self.turns = Turns(self.sql)
 
     @property
@@ -205,43 +206,6 @@ class QueueCore:
         orphan = self.sql.claims.orphan_claims["queues" in params, "kinds" in params]
         return claim_plans.claim_jobs(orphan, params)
 
-    def cycle(
-        self,
-        succeeded: Sequence[int],
-        failures: Sequence[Failure],
-        *,
-        worker: str,
-        limit: int,
-        kinds: Iterable[str] | None = None,
-        queues: Iterable[str] | None = None,
-        claim_bytes: int | None = None,
-        results: Mapping[int, str] | None = None,
-        limited_max: int | None = None,
-        plain: bool = False,
-    ) -> Operation[Cycle]:
-        """One turn of a worker: record its outcomes and claim its next batch,
-        in one statement (see `Statements.cycle`); the batch stops at the job
-        whose payload takes it past ``claim_bytes``, if given. ``results``: the
-        return values (JSON text) of the successes that keep one. Of limited
-        jobs, it takes at most ``limited_max`` (a worker: its concurrency, so
-        that it holds no slot for a job that waits for a runner). ``plain``:
-        the caller knows that no success holds a limit slot or keeps a
-        result (a worker knows from its `Job`), and the statement leaves
-        that bookkeeping out; should one do either, a second statement
-        records it in full."""
-        return self.turns.cycle(
-            succeeded,
-            failures,
-            worker=worker,
-            limit=limit,
-            kinds=kinds,
-            queues=queues,
-            claim_bytes=claim_bytes,
-            results=results,
-            limited_max=limited_max,
-            plain=plain,
-        )
-
     def complete(
         self, jobs_or_ids: Iterable[Job | int], results: Mapping[int, str] | None = None
     ) -> Operation[list[int]]:
@@ -259,19 +223,6 @@ class QueueCore:
     def written_status(self, failure: Failure, written: dict[int, JobStatus]) -> JobStatus:
         """The status a recorded failure left, or `JobNotRunning` if nothing was written."""
         return outcomes.written_status(failure, written)
-
-    def settle(
-        self,
-        succeeded: Sequence[int],
-        failures: Sequence[Failure],
-        *,
-        worker: str,
-        results: Mapping[int, str] | None = None,
-    ) -> Operation[tuple[list[int], dict[int, JobStatus]]]:
-        """A worker's batch of outcomes, in one statement whatever its size: a
-        turn of the cycle that claims nothing. Successes are fenced by the
-        worker's name, failures by their claim."""
-        return self.turns.settle(succeeded, failures, worker=worker, results=results)
 
     def reap(self, visibility_timeout: timedelta) -> Operation[list[int]]:
         outcomes = self.reap_outcomes(visibility_timeout)

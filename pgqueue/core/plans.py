@@ -16,7 +16,19 @@ from typing import Any, Generic, TypeVar
 
 from .tracing import NO_TRACE, Trace
 
-__all__ = ["Copy", "Operation", "Plan", "Query", "Rows", "Step", "drive", "needs_transaction"]
+__all__ = [
+    "Copy",
+    "Operation",
+    "Plan",
+    "Query",
+    "Rows",
+    "Step",
+    "drive",
+    "execute",
+    "fetch",
+    "first_count",
+    "needs_transaction",
+]
 
 T = TypeVar("T")
 Rows = list[tuple[Any, ...]]
@@ -74,3 +86,26 @@ def drive(plan: Plan[T], perform: Callable[[Step], Any]) -> T:
             step = plan.send(perform(step))
     except StopIteration as done:
         return done.value  # type: ignore[no-any-return]
+
+
+def fetch(statement: bytes, params: Any, read: Callable[[Rows], T]) -> Operation[T]:
+    """The operation of one statement, its rows read by `read`."""
+
+    def plan() -> Plan[T]:
+        return read((yield Query(statement, params)))
+
+    return Operation(plan())
+
+
+def execute(statement: bytes, params: Any = None) -> Operation[None]:
+    """The operation of one statement whose rows nobody reads."""
+    return fetch(statement, params, _nothing)
+
+
+def _nothing(rows: Rows) -> None:
+    return None
+
+
+def first_count(rows: Rows) -> int:
+    """The first column of the one row a counting statement returns."""
+    return int(rows[0][0])

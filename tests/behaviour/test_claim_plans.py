@@ -6,7 +6,7 @@ another queue's jobs due earlier, higher-priority jobs in a paused queue,
 lower priorities, high-priority jobs due tomorrow, another kind in the same
 queue and priority; and later jobs of the targets' own queue and priority,
 which a claim that sorted the ready jobs would read. The claim
-(`QueueCore.claim`) and the worker's turn (`QueueCore.cycle`) run under
+(`QueueCore.claim`) and the worker's turn (`QueueCore.turns`) run under
 ``EXPLAIN (ANALYZE, BUFFERS)`` in a transaction that is rolled back, with
 the parameters `QueueCore` gives them; the buffers they touch are
 compared with the same statement on a table that holds the 50 targets

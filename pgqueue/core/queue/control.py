@@ -8,11 +8,20 @@ from dataclasses import dataclass
 from typing import Final
 
 from ..jobs import Job, validate_ids, validate_queue
-from ..plans import Operation, Plan, Query
+from ..plans import Operation, Rows, execute, fetch
 from ..results import JobResult
-from .table import Table
+from .table import FeatureStatements
 
 __all__ = ["ControlStatements", "result", "set_paused"]
+
+
+@dataclass(frozen=True, slots=True)
+class ControlStatements(FeatureStatements):
+    set_paused: bytes
+    result: bytes
+    probe_uncommitted: bytes
+    set_local: bytes
+
 
 # Pause or resume a queue: claims leave a paused queue's jobs alone.
 # Resuming wakes the workers.
@@ -44,39 +53,17 @@ RETURNING id / 0"""
 SET_LOCAL: Final = b"SELECT set_config(%s, %s, true)"
 
 
-@dataclass(frozen=True, slots=True)
-class ControlStatements:
-    set_paused: bytes
-    result: bytes
-    probe_uncommitted: bytes
-    set_local: bytes
-
-    @classmethod
-    def of(cls, t: Table) -> ControlStatements:
-        return cls(
-            set_paused=t.render(SET_PAUSED),
-            result=t.render(RESULT),
-            probe_uncommitted=t.render(PROBE_UNCOMMITTED),
-            set_local=SET_LOCAL,
-        )
-
-
 def set_paused(s: ControlStatements, channel: str, queue: str, paused: bool) -> Operation[None]:
     """Pause a queue (claims leave its jobs alone) or resume it (and wake workers)."""
     params = {"queue": validate_queue(queue), "paused": paused, "channel": channel}
-
-    def plan() -> Plan[None]:
-        yield Query(s.set_paused, params)
-
-    return Operation(plan())
+    return execute(s.set_paused, params)
 
 
 def result(s: ControlStatements, job_id: Job | int) -> Operation[JobResult | None]:
     """Where a job stands: its row, else its kept result; None if neither."""
-    (job_id,) = validate_ids([job_id])
+    (checked,) = validate_ids([job_id])
 
-    def plan() -> Plan[JobResult | None]:
-        rows = yield Query(s.result, {"id": job_id})
-        return JobResult.from_row(job_id, rows[0]) if rows else None
+    def read(rows: Rows) -> JobResult | None:
+        return JobResult.from_row(checked, rows[0]) if rows else None
 
-    return Operation(plan())
+    return fetch(s.result, {"id": checked}, read)

@@ -20,9 +20,45 @@ from ..schema.names import TableNames
 from ..schema.predicates import UNIQUE_PREDICATES
 from ..tracing import Trace, enqueue_many_trace, enqueue_trace
 from .limits import LimitStatements
-from .table import Table
+from .table import FeatureStatements, Table
 
 __all__ = ["COPY_THRESHOLD", "EnqueueStatements", "copy_text", "enqueue_many", "enqueue_one"]
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueStatements(FeatureStatements):
+    enqueue: bytes
+    # (scope, replace) -> the insert; and scope -> the holder of a key.
+    unique_inserts: dict[tuple[str, bool], bytes]
+    unique_holders: dict[str, bytes]
+    window_insert: bytes
+    window_holder: bytes
+    window_replace: bytes
+    allocate_ids: bytes
+    insert_arrays: bytes
+    copy_in: bytes
+    copy_in_traced: bytes
+    notify_kinds: bytes
+
+    @classmethod
+    def special(cls, t: Table) -> dict[str, Any]:
+        return {
+            "unique_inserts": {
+                (scope, replacing): t.render(
+                    UNIQUE_INSERT,
+                    scope=sql.Literal(scope),
+                    predicate=sql.SQL(predicate),
+                    action=t.compose(REPLACE if replacing else "DO NOTHING"),
+                )
+                for scope, predicate in UNIQUE_PREDICATES.items()
+                for replacing in (False, True)
+            },
+            "unique_holders": {
+                scope: t.render(UNIQUE_HOLDER, predicate=sql.SQL(predicate))
+                for scope, predicate in UNIQUE_PREDICATES.items()
+            },
+        }
+
 
 # How often an enqueue of a unique job tries again when the job holding its
 # key left the key's scope between the insert and the look-up (it started,
@@ -131,50 +167,6 @@ COPY_IN: Final = "COPY {table} ({insert_cols}) FROM STDIN"
 COPY_IN_TRACED: Final = "COPY {table} ({insert_cols}, trace_context) FROM STDIN"
 # Step 3: one notification per kind, not per row.
 NOTIFY_KINDS: Final = b"SELECT pg_notify(%s, k)::text FROM unnest(%s::text[]) AS k"
-
-
-@dataclass(frozen=True, slots=True)
-class EnqueueStatements:
-    enqueue: bytes
-    # (scope, replace) -> the insert; and scope -> the holder of a key.
-    unique_inserts: dict[tuple[str, bool], bytes]
-    unique_holders: dict[str, bytes]
-    window_insert: bytes
-    window_holder: bytes
-    window_replace: bytes
-    allocate_ids: bytes
-    insert_arrays: bytes
-    copy_in: bytes
-    copy_in_traced: bytes
-    notify_kinds: bytes
-
-    @classmethod
-    def of(cls, t: Table) -> EnqueueStatements:
-        return cls(
-            enqueue=t.render(ENQUEUE),
-            unique_inserts={
-                (scope, replacing): t.render(
-                    UNIQUE_INSERT,
-                    scope=sql.Literal(scope),
-                    predicate=sql.SQL(predicate),
-                    action=t.compose(REPLACE if replacing else "DO NOTHING"),
-                )
-                for scope, predicate in UNIQUE_PREDICATES.items()
-                for replacing in (False, True)
-            },
-            unique_holders={
-                scope: t.render(UNIQUE_HOLDER, predicate=sql.SQL(predicate))
-                for scope, predicate in UNIQUE_PREDICATES.items()
-            },
-            window_insert=t.render(WINDOW_INSERT),
-            window_holder=t.render(WINDOW_HOLDER),
-            window_replace=t.render(WINDOW_REPLACE),
-            allocate_ids=t.render(ALLOCATE_IDS),
-            insert_arrays=t.render(INSERT_ARRAYS),
-            copy_in=t.render(COPY_IN),
-            copy_in_traced=t.render(COPY_IN_TRACED),
-            notify_kinds=NOTIFY_KINDS,
-        )
 
 
 def enqueue_one(

@@ -7,10 +7,17 @@ from datetime import timedelta
 from typing import Final
 
 from ..jobs import DEFAULT_VISIBILITY_TIMEOUT, ROW_STATUSES, JobStatus, Stats, validate_timeout
-from ..plans import Operation, Plan, Query
-from .table import Table
+from ..plans import Operation, Rows, fetch
+from .table import FeatureStatements
 
 __all__ = ["InspectStatements", "QueueState", "queue_states", "stats"]
+
+
+@dataclass(frozen=True, slots=True)
+class InspectStatements(FeatureStatements):
+    stats: bytes
+    queue_states: bytes
+
 
 # Counts by queue, priority, kind and status, the longest wait of a ready
 # job, and the running jobs whose lease is older than the visibility timeout
@@ -33,16 +40,6 @@ SELECT coalesce(c.queue, q.queue), coalesce(q.paused, false), coalesce(c.status,
 
 
 @dataclass(frozen=True, slots=True)
-class InspectStatements:
-    stats: bytes
-    queue_states: bytes
-
-    @classmethod
-    def of(cls, t: Table) -> InspectStatements:
-        return cls(stats=t.render(STATS), queue_states=t.render(QUEUE_STATES))
-
-
-@dataclass(frozen=True, slots=True)
 class QueueState:
     """A queue as `queues()` reports it: paused or not, and its jobs by status."""
 
@@ -56,45 +53,43 @@ def stats(s: InspectStatements, visibility_timeout: timedelta | None) -> Operati
         DEFAULT_VISIBILITY_TIMEOUT if visibility_timeout is None else visibility_timeout,
         "visibility_timeout",
     )
+    return fetch(s.stats, (timeout,), _stats)
 
-    def plan() -> Plan[Stats]:
-        rows = yield Query(s.stats, (timeout,))
-        by_status = dict.fromkeys(ROW_STATUSES, 0)
-        by_kind: dict[str, dict[JobStatus, int]] = {}
-        by_queue: dict[str, dict[JobStatus, int]] = {}
-        by_priority: dict[int, dict[JobStatus, int]] = {}
-        ages = []
-        expired = 0
-        for queue, priority, kind, status, count, age, past_lease in rows:
-            st = JobStatus(status)
-            by_status[st] += count
-            for table, key in ((by_kind, kind), (by_queue, queue), (by_priority, priority)):
-                table.setdefault(key, dict.fromkeys(ROW_STATUSES, 0))[st] += count
-            if age is not None:
-                ages.append(age)
-            expired += past_lease
-        oldest = max(ages, default=None)
-        return Stats(
-            by_status,
-            dict(sorted(by_kind.items())),
-            oldest,
-            expired,
-            dict(sorted(by_queue.items())),
-            dict(sorted(by_priority.items(), reverse=True)),
-        )
 
-    return Operation(plan())
+def _stats(rows: Rows) -> Stats:
+    by_status = dict.fromkeys(ROW_STATUSES, 0)
+    by_kind: dict[str, dict[JobStatus, int]] = {}
+    by_queue: dict[str, dict[JobStatus, int]] = {}
+    by_priority: dict[int, dict[JobStatus, int]] = {}
+    ages = []
+    expired = 0
+    for queue, priority, kind, status, count, age, past_lease in rows:
+        st = JobStatus(status)
+        by_status[st] += count
+        for table, key in ((by_kind, kind), (by_queue, queue), (by_priority, priority)):
+            table.setdefault(key, dict.fromkeys(ROW_STATUSES, 0))[st] += count
+        if age is not None:
+            ages.append(age)
+        expired += past_lease
+    oldest = max(ages, default=None)
+    return Stats(
+        by_status,
+        dict(sorted(by_kind.items())),
+        oldest,
+        expired,
+        dict(sorted(by_queue.items())),
+        dict(sorted(by_priority.items(), reverse=True)),
+    )
 
 
 def queue_states(s: InspectStatements) -> Operation[list[QueueState]]:
     """Every queue with jobs or a pause record, by name."""
+    return fetch(s.queue_states, None, _queue_states)
 
-    def plan() -> Plan[list[QueueState]]:
-        rows = yield Query(s.queue_states)
-        found: dict[str, QueueState] = {}
-        for name, paused, status, count in rows:
-            state = found.setdefault(name, QueueState(name, paused, dict.fromkeys(ROW_STATUSES, 0)))
-            state.counts[JobStatus(status)] += count
-        return list(found.values())
 
-    return Operation(plan())
+def _queue_states(rows: Rows) -> list[QueueState]:
+    found: dict[str, QueueState] = {}
+    for name, paused, status, count in rows:
+        state = found.setdefault(name, QueueState(name, paused, dict.fromkeys(ROW_STATUSES, 0)))
+        state.counts[JobStatus(status)] += count
+    return list(found.values())

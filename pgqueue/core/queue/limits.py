@@ -8,10 +8,19 @@ from dataclasses import dataclass
 from typing import Final
 
 from ..jobs import validate_limit_key, validate_rate
-from ..plans import Operation, Plan, Query
-from .table import Table
+from ..plans import Operation, Rows, execute, fetch
+from .table import FeatureStatements
 
 __all__ = ["LimitState", "LimitStatements", "limit_states", "set_limit", "set_rate"]
+
+
+@dataclass(frozen=True, slots=True)
+class LimitStatements(FeatureStatements):
+    ensure_slots: bytes
+    set_limit: bytes
+    set_rate: bytes
+    limit_states: bytes
+
 
 # A limited job's key gets its first slot when the job is enqueued (one job
 # at a time until `set_limit` says otherwise).
@@ -74,23 +83,6 @@ SELECT k.limit_key, m.max_running,
 
 
 @dataclass(frozen=True, slots=True)
-class LimitStatements:
-    ensure_slots: bytes
-    set_limit: bytes
-    set_rate: bytes
-    limit_states: bytes
-
-    @classmethod
-    def of(cls, t: Table) -> LimitStatements:
-        return cls(
-            ensure_slots=t.render(ENSURE_SLOTS),
-            set_limit=t.render(SET_LIMIT),
-            set_rate=t.render(SET_RATE),
-            limit_states=t.render(LIMIT_STATES),
-        )
-
-
-@dataclass(frozen=True, slots=True)
 class LimitState:
     """A concurrency limit as `limits()` reports it."""
 
@@ -111,12 +103,7 @@ def set_limit(s: LimitStatements, channel: str, key: str, max_running: int) -> O
         raise TypeError(f"a limit must be an int, not {type(max_running).__name__}")
     if not 0 <= max_running <= 100_000:
         raise ValueError(f"a limit must be from 0 to 100000 running jobs, got {max_running}")
-    params = {"key": key, "n": max_running, "channel": channel}
-
-    def plan() -> Plan[None]:
-        yield Query(s.set_limit, params)
-
-    return Operation(plan())
+    return execute(s.set_limit, {"key": key, "n": max_running, "channel": channel})
 
 
 def set_rate(
@@ -128,23 +115,16 @@ def set_rate(
     key = validate_limit_key(key)
     per_second, burst = validate_rate(per_second, burst)
     params = {"key": key, "per_second": per_second, "burst": burst, "channel": channel}
-
-    def plan() -> Plan[None]:
-        yield Query(s.set_rate, params)
-
-    return Operation(plan())
+    return execute(s.set_rate, params)
 
 
 def limit_states(s: LimitStatements) -> Operation[list[LimitState]]:
     """Every limit key in use or set, by name."""
+    return fetch(s.limit_states, None, _limit_states)
 
-    def plan() -> Plan[list[LimitState]]:
-        rows = yield Query(s.limit_states)
-        return [
-            LimitState(
-                key, 1 if limit is None else limit, running, waiting, limit is not None, *rate
-            )
-            for key, limit, running, waiting, *rate in rows
-        ]
 
-    return Operation(plan())
+def _limit_states(rows: Rows) -> list[LimitState]:
+    return [
+        LimitState(key, 1 if limit is None else limit, running, waiting, limit is not None, *rate)
+        for key, limit, running, waiting, *rate in rows
+    ]

@@ -10,10 +10,10 @@ from typing import Final
 
 from ..backoff import Backoff
 from ..jobs import LEASE_EXPIRED, Job, JobStatus, validate_timeout
-from ..plans import Operation, Plan, Query
+from ..plans import Operation, Plan, Query, fetch, first_count
 from ..states import Event
 from .outcomes import OutcomeStatements, decide, failure_arrays, written
-from .table import Table
+from .table import FeatureStatements
 
 __all__ = [
     "Heartbeat",
@@ -60,7 +60,7 @@ CANCEL_REQUESTS: Final = (
 
 
 @dataclass(frozen=True, slots=True)
-class MaintenanceStatements:
+class MaintenanceStatements(FeatureStatements):
     reap_lock: bytes
     expired: bytes
     prune_leases: bytes
@@ -68,18 +68,6 @@ class MaintenanceStatements:
     prune_history: bytes
     heartbeat: bytes
     cancel_requests: bytes
-
-    @classmethod
-    def of(cls, t: Table) -> MaintenanceStatements:
-        return cls(
-            reap_lock=REAP_LOCK,
-            expired=t.render(EXPIRED),
-            prune_leases=t.render(PRUNE_LEASES),
-            prune_results=t.render(PRUNE_RESULTS),
-            prune_history=t.render(PRUNE_HISTORY),
-            heartbeat=t.render(HEARTBEAT),
-            cancel_requests=t.render(CANCEL_REQUESTS),
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,12 +103,7 @@ def cancel_requests(s: MaintenanceStatements, ids: Sequence[int]) -> Operation[l
 
 def prune_history(s: MaintenanceStatements, older_than: timedelta) -> Operation[int]:
     age = validate_timeout(older_than, "older_than")
-
-    def plan() -> Plan[int]:
-        ((count,),) = yield Query(s.prune_history, (age,))
-        return int(count)
-
-    return Operation(plan())
+    return fetch(s.prune_history, (age,), first_count)
 
 
 def reap_outcomes(

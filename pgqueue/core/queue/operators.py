@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Final
+from typing import Any, Final
 
 from psycopg import sql
 
@@ -21,8 +21,8 @@ from ..jobs import (
     validate_queues,
     validate_status,
 )
-from ..plans import Operation, Plan, Query
-from .table import Table
+from ..plans import Operation, Plan, Query, fetch, first_count
+from .table import FeatureStatements, Table
 
 __all__ = ["OperatorStatements", "get", "jobs", "purge_dead", "retry", "retry_dead"]
 
@@ -88,7 +88,7 @@ def reviving(t: Table, which: str) -> sql.Composable:
 
 
 @dataclass(frozen=True, slots=True)
-class OperatorStatements:
+class OperatorStatements(FeatureStatements):
     get: bytes
     retry: bytes
     retry_dead: bytes
@@ -96,25 +96,18 @@ class OperatorStatements:
     purge_dead: bytes
 
     @classmethod
-    def of(cls, t: Table) -> OperatorStatements:
+    def special(cls, t: Table) -> dict[str, Any]:
         every_kind = "(%(kinds)s::text[] IS NULL OR t.kind = ANY(%(kinds)s::text[]))"
-        return cls(
-            get=t.render(GET),
-            retry=t.render(RETRY, revive=reviving(t, "t.id = ANY(%(ids)s::bigint[])")),
-            retry_dead=t.render(RETRY_DEAD, revive=reviving(t, every_kind)),
-            jobs=t.render(JOBS),
-            purge_dead=t.render(PURGE_DEAD, keep=t.history_copy("purged", "dead")),
-        )
+        return {
+            "retry": t.render(RETRY, revive=reviving(t, "t.id = ANY(%(ids)s::bigint[])")),
+            "retry_dead": t.render(RETRY_DEAD, revive=reviving(t, every_kind)),
+            "purge_dead": t.render(PURGE_DEAD, keep=t.history_copy("purged", "dead")),
+        }
 
 
 def get(s: OperatorStatements, job_id: int) -> Operation[Job | None]:
-    (job_id,) = validate_ids([job_id])
-
-    def plan() -> Plan[Job | None]:
-        rows = yield Query(s.get, (job_id,))
-        return Job.from_row(rows[0]) if rows else None
-
-    return Operation(plan())
+    (checked,) = validate_ids([job_id])
+    return fetch(s.get, (checked,), lambda rows: Job.from_row(rows[0]) if rows else None)
 
 
 def retry(
@@ -148,23 +141,13 @@ def jobs(
         "limit": validate_limit(limit),
         "after_id": None if after_id is None else validate_job_id(after_id, "after_id"),
     }
-
-    def plan() -> Plan[list[Job]]:
-        rows = yield Query(s.jobs, params)
-        return [Job.from_row(r) for r in rows]
-
-    return Operation(plan())
+    return fetch(s.jobs, params, lambda rows: [Job.from_row(r) for r in rows])
 
 
 def retry_dead(s: OperatorStatements, channel: str, kinds: Iterable[str] | None) -> Operation[int]:
     """Every dead job (of `kinds`) back to pending: `retry` for all of them."""
     params = {"kinds": validate_kinds(kinds), "channel": channel}
-
-    def plan() -> Plan[int]:
-        [(revived, _notified)] = yield Query(s.retry_dead, params)
-        return int(revived)
-
-    return Operation(plan())
+    return fetch(s.retry_dead, params, first_count)
 
 
 def purge_dead(
@@ -172,9 +155,4 @@ def purge_dead(
 ) -> Operation[int]:
     """Delete jobs that died more than `older_than` ago (a dead job's run_at)."""
     params = {"older_than": validate_age(older_than, "older_than"), "kinds": validate_kinds(kinds)}
-
-    def plan() -> Plan[int]:
-        [(purged,)] = yield Query(s.purge_dead, params)
-        return int(purged)
-
-    return Operation(plan())
+    return fetch(s.purge_dead, params, first_count)

@@ -7,12 +7,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Final
+from typing import Any, Final
 
 from psycopg import sql
 
 from ..jobs import DuplicateJob
-from ..plans import Operation, Plan, Query
+from ..plans import Operation, Plan, Query, Rows, fetch
 from ..schedules import (
     Schedule,
     ScheduleState,
@@ -22,7 +22,7 @@ from ..schedules import (
     validate_schedule_name,
 )
 from ..schema.predicates import UNIQUE_PREDICATES
-from .table import Table
+from .table import FeatureStatements, Table
 
 __all__ = [
     "ScheduleStatements",
@@ -124,7 +124,7 @@ SELECT EXISTS (SELECT FROM s), (SELECT id FROM job),
 
 
 @dataclass(frozen=True, slots=True)
-class ScheduleStatements:
+class ScheduleStatements(FeatureStatements):
     register_schedule: bytes
     schedule_clock: bytes
     # overlap -> the tick.
@@ -134,12 +134,11 @@ class ScheduleStatements:
     trigger_schedule: bytes
 
     @classmethod
-    def of(cls, t: Table) -> ScheduleStatements:
+    def special(cls, t: Table) -> dict[str, Any]:
         active = sql.SQL(UNIQUE_PREDICATES["active"])
-        return cls(
-            register_schedule=t.render(REGISTER_SCHEDULE),
-            schedule_clock=t.render(SCHEDULE_CLOCK),
-            schedule_ticks={
+        on_conflict = sql.SQL("\n    ON CONFLICT (unique_key) WHERE {} DO NOTHING").format(active)
+        return {
+            "schedule_ticks": {
                 True: t.render(
                     TICK,
                     free=sql.SQL("true"),
@@ -150,15 +149,11 @@ class ScheduleStatements:
                     TICK,
                     free=t.compose(HOLDER, active=active),
                     unique=sql.SQL("%(unique_key)s, 'active'"),
-                    on_conflict=sql.SQL(
-                        "\n    ON CONFLICT (unique_key) WHERE {} DO NOTHING"
-                    ).format(active),
+                    on_conflict=on_conflict,
                 ),
             },
-            schedule_states=t.render(SCHEDULE_STATES),
-            set_schedule_paused=t.render(SET_SCHEDULE_PAUSED),
-            trigger_schedule=t.render(TRIGGER_SCHEDULE, active=active),
-        )
+            "trigger_schedule": t.render(TRIGGER_SCHEDULE, active=active),
+        }
 
 
 def register_schedules(s: ScheduleStatements, schedules: Sequence[Schedule]) -> Operation[None]:
@@ -181,12 +176,12 @@ def schedule_clock(
     s: ScheduleStatements, names: Sequence[str]
 ) -> Operation[tuple[datetime, dict[str, datetime | None]]]:
     """The database's clock, and the last tick of each schedule named that has a row."""
+    return fetch(s.schedule_clock, {"names": list(names)}, _clock)
 
-    def plan() -> Plan[tuple[datetime, dict[str, datetime | None]]]:
-        [(now, found, ticks)] = yield Query(s.schedule_clock, {"names": list(names)})
-        return now, dict(zip(found, ticks, strict=True))
 
-    return Operation(plan())
+def _clock(rows: Rows) -> tuple[datetime, dict[str, datetime | None]]:
+    [(now, found, ticks)] = rows
+    return now, dict(zip(found, ticks, strict=True))
 
 
 def tick_schedule(
@@ -200,22 +195,17 @@ def tick_schedule(
         "priority": schedule.priority, "unique_key": schedule.unique_key,
         "channel": channel,
     }  # fmt: skip
+    return fetch(s.schedule_ticks[schedule.overlap], params, _tick)
 
-    def plan() -> Plan[Tick]:
-        [(won, paused, job_id, now, _)] = yield Query(s.schedule_ticks[schedule.overlap], params)
-        return Tick(won, job_id, paused, now)
 
-    return Operation(plan())
+def _tick(rows: Rows) -> Tick:
+    [(won, paused, job_id, now, _)] = rows
+    return Tick(won, job_id, paused, now)
 
 
 def schedule_states(s: ScheduleStatements) -> Operation[list[ScheduleState]]:
     """Every schedule in the table, by name, with its next tick by the database's clock."""
-
-    def plan() -> Plan[list[ScheduleState]]:
-        rows = yield Query(s.schedule_states)
-        return [ScheduleState.from_row(row) for row in rows]
-
-    return Operation(plan())
+    return fetch(s.schedule_states, None, lambda rows: list(map(ScheduleState.from_row, rows)))
 
 
 def set_schedule_paused(s: ScheduleStatements, name: str, paused: bool) -> Operation[None]:

@@ -8,16 +8,18 @@ neither composes nor escapes anything, and psycopg can prepare them by text.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import cached_property
+from typing import Any, Self
 
 from psycopg import sql
 
 from ..schema.columns import HISTORY_COLUMNS, INSERT_COLUMNS, LEAVING_COLUMNS, job_columns
 from ..schema.names import TableNames
 
-__all__ = ["Rendered", "Table", "history_copy"]
+__all__ = ["FeatureStatements", "Rendered", "Table", "history_copy"]
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,36 @@ def history_copy(history: sql.Identifier | None, source: str, outcome: str) -> s
         outcome=sql.Literal(outcome),
         source=sql.Identifier(source),
     )
+
+
+class FeatureStatements:
+    """The statements of one feature for one table: a frozen dataclass whose
+    fields are its statements. `of` renders each field from the module-level
+    template of its name in capitals (``set_paused`` from ``SET_PAUSED``;
+    bytes are taken as they are), except those `special` renders."""
+
+    __slots__ = ()
+
+    @classmethod
+    def special(cls, t: Table) -> dict[str, Any]:
+        """The fields rendered otherwise (by shape, or with parts of their own)."""
+        return {}
+
+    @classmethod
+    def of(cls, t: Table) -> Self:
+        module = sys.modules[cls.__module__]
+        given = cls.special(t)
+        values = {
+            f.name: given[f.name]
+            if f.name in given
+            else _rendered(t, getattr(module, f.name.upper()))
+            for f in fields(cls)  # type: ignore[arg-type]
+        }
+        return cls(**values)
+
+
+def _rendered(t: Table, template: str | bytes) -> bytes:
+    return template if isinstance(template, bytes) else t.render(template)
 
 
 class Rendered:

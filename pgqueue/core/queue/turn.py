@@ -130,7 +130,7 @@ class Cycle:
 
 
 class Turns:
-    """A worker's turns on one table (`QueueCore.cycle`, `QueueCore.settle`)."""
+    """A worker's turns on one table (`QueueCore.turns`)."""
 
     def __init__(self, statements: Statements) -> None:
         self.sql = statements

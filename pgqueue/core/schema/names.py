@@ -11,13 +11,38 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, fields
-from typing import Final
+from typing import Any, Final
 
 from psycopg import sql
 
 from ..jobs import MAX_IDENTIFIER_LENGTH, validate_table_name
 
 __all__ = ["UNIQUE_SCOPES", "TableNames", "notification_channel", "quoted"]
+
+# The side tables of a queue table, named ``<name>_<field>``.
+SIDE_TABLES: Final = (
+    "history",
+    "queues",
+    "unique_leases",
+    "schedules",
+    "results",
+    "limits",
+    "limit_slots",
+)
+# Its indexes by field: each named ``<name>_<suffix>``.
+INDEXES: Final = {
+    "ready_index": "ready",
+    "history_index": "history_finished",
+    "orphans_index": "orphans",
+    "running_index": "running",
+    "dead_index": "dead",
+    "claim_index": "claim",
+    "unique_queued_index": "unique_queued",
+    "unique_active_index": "unique_active",
+    "unlimited_index": "unlimited",
+    "limited_index": "limited",
+    "results_index": "results_expiry",
+}
 
 # The scopes of unique jobs that a unique index holds (migration 7).
 UNIQUE_SCOPES: Final = ("queued", "active")
@@ -100,34 +125,16 @@ class TableNames:
         ident = sql.Identifier(*parts)
         versions = sql.Identifier(*schema, "pgqueue_schema")
 
-        def side(suffix: str) -> sql.Identifier:
-            return sql.Identifier(*schema, f"{name}_{suffix}")
-
-        def index(suffix: str) -> sql.Identifier:
-            return sql.Identifier(f"{name}_{suffix}")
-
+        # Side tables in the queue table's schema; indexes named without it.
+        identifiers: dict[str, Any] = {
+            **{f: sql.Identifier(*schema, f"{name}_{f}") for f in SIDE_TABLES},
+            **{f: sql.Identifier(f"{name}_{suffix}") for f, suffix in INDEXES.items()},
+        }
         return cls(
             table_name=table,
             table=ident,
-            history=side("history"),
-            queues=side("queues"),
-            unique_leases=side("unique_leases"),
-            schedules=side("schedules"),
-            results=side("results"),
-            limits=side("limits"),
-            limit_slots=side("limit_slots"),
             versions=versions,
-            ready_index=index("ready"),
-            history_index=index("history_finished"),
-            orphans_index=index("orphans"),
-            running_index=index("running"),
-            dead_index=index("dead"),
-            claim_index=index("claim"),
-            unique_queued_index=index("unique_queued"),
-            unique_active_index=index("unique_active"),
-            unlimited_index=index("unlimited"),
-            limited_index=index("limited"),
-            results_index=index("results_expiry"),
+            **identifiers,
             key=name,
             schema=schema,
             regclass=ident.as_bytes(None).decode(),

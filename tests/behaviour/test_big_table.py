@@ -86,7 +86,7 @@ def test_statements_that_find_running_jobs_by_id_read_the_primary_key(
         running = Raw(conn, big_table).rows("SELECT id FROM {table} WHERE status = 'running'")
         ids = [r[0] for r in running[:100]]
         for operation in (
-            core.cycle(ids, [], worker="live-worker", limit=100),
+            core.turns.cycle(ids, [], worker="live-worker", limit=100),
             core.complete(ids),
             core.heartbeat(ids, worker="live-worker"),
         ):

@@ -189,7 +189,7 @@ def tables(dsn: str) -> Iterator[Tables]:
 def operation(core: QueueCore, statement: str, claim: dict[str, Any]) -> Any:
     if statement == "claim":
         return core.claim(BATCH, worker="plans", **claim)
-    return core.cycle([], [], worker="plans", limit=BATCH, **claim)
+    return core.turns.cycle([], [], worker="plans", limit=BATCH, **claim)
 
 
 def buffers(conn: psycopg.Connection[Any], core: QueueCore, statement: str, shape: Shape) -> int:

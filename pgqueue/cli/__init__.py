@@ -270,6 +270,20 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: 0.0.0.0, every interface)",
     )
     worker.add_argument(
+        "--health-port",
+        type=port,
+        metavar="PORT",
+        help="serve health probes on this port: /livez (200 while the worker's event loop "
+        "turns) and /readyz (200 while it reaches the database), else 503 with the reason; "
+        "may be --metrics-port",
+    )
+    worker.add_argument(
+        "--health-host",
+        default="0.0.0.0",
+        metavar="HOST",
+        help="with --health-port: the address to listen on (default: 0.0.0.0, every interface)",
+    )
+    worker.add_argument(
         "--log-level",
         type=str.upper,
         choices=LOG_LEVELS,

@@ -23,9 +23,11 @@ import anyio
 
 from ..aio.queue import AsyncQueue
 from ..aio.worker import AsyncWorker
+from ..core.health import HealthReport, assess
 from ..sync.queue import Queue
 from ..sync.worker import Worker
-from .errors import OperationFailed, UsageError
+from .errors import UsageError
+from .probes import HttpOptions, WSGIApp, serve_endpoints
 
 # The name docs/observability.md gives the command's logger, whichever module logs.
 log = logging.getLogger("pgqueue.cli")
@@ -46,24 +48,19 @@ def run_worker(args: argparse.Namespace) -> int:
 
         return supervise(build, processes=args.processes,
                          max_jobs_per_child=args.max_jobs_per_child, trio=args.trio,
-                         until_empty=args.until_empty, metrics_port=args.metrics_port,
-                         metrics_host=args.metrics_host,
+                         until_empty=args.until_empty, http=http_options(args),
                          log_level=args.log_level)  # fmt: skip
     if args.max_jobs_per_child is not None:
         raise UsageError("--max-jobs-per-child needs --processes")
     worker = build()
     if args.trio and isinstance(worker, Worker):
         raise UsageError("--trio runs an AsyncWorker; a pgqueue.Worker runs on threads")
-    opened = (
-        serve_metrics(worker, args.metrics_port, host=args.metrics_host)
-        if args.metrics_port
-        else None
-    )
+    stamps = worker.health
+    close = serve_http(worker, http_options(args), lambda: assess([stamps]))
     try:
         status = serve(worker, trio=args.trio, until_empty=args.until_empty)
     finally:
-        if opened is not None:
-            opened.close()
+        close()
     if status == 0:
         leave_stuck_calls_behind()
     return status
@@ -85,6 +82,12 @@ WORKER_SETTINGS = (
     "name",
     "listen_conninfo",
 )
+
+
+def http_options(args: argparse.Namespace) -> HttpOptions:
+    """What the command serves over HTTP, from its flags."""
+    return HttpOptions(metrics_port=args.metrics_port, metrics_host=args.metrics_host,
+                       health_port=args.health_port, health_host=args.health_host)  # fmt: skip
 
 
 def worker_settings(args: argparse.Namespace) -> dict[str, Any]:
@@ -158,14 +161,11 @@ def busy_with(thread: threading.Thread) -> str:
     return f"thread {thread.name}"
 
 
-def serve_metrics(
-    worker: Worker | AsyncWorker,
-    port: int,
-    *,
-    host: str = "0.0.0.0",
-    children_dir: str | None = None,
-) -> Queue | None:
-    """Serve the worker's events and its queue's stats to Prometheus on ``port``.
+def metrics_app(
+    worker: Worker | AsyncWorker, *, children_dir: str | None = None
+) -> tuple[WSGIApp, Queue | None]:
+    """The WSGI application that serves the worker's events and its queue's
+    stats to Prometheus, and the queue it opened for them (to close after).
 
     Both go to ``prometheus_client``'s global registry, so that metrics the
     application registers there are served too. With ``children_dir`` (a
@@ -176,7 +176,7 @@ def serve_metrics(
     for the caller to close (None when the worker's own serves).
     """
     try:
-        from prometheus_client import REGISTRY, CollectorRegistry, start_http_server
+        from prometheus_client import REGISTRY, CollectorRegistry, make_wsgi_app
         from prometheus_client.multiprocess import MultiProcessCollector
 
         from ..prometheus import PrometheusMetrics, QueueStatsCollector
@@ -206,17 +206,41 @@ def serve_metrics(
             queue, registry=registry, visibility_timeout=worker.settings.visibility_timeout
         )
     except ValueError as exc:  # the registry refuses a name registered twice
+        if opened is not None:
+            opened.close()
         raise UsageError(
             f"--metrics-port: the worker's module already registers pgqueue's metrics ({exc}); "
             "serve them from there, or register them only once"
         ) from exc
+    app: WSGIApp = make_wsgi_app(registry)
+    return app, opened
+
+
+def serve_http(
+    worker: Worker | AsyncWorker,
+    http: HttpOptions,
+    health: Callable[[], HealthReport],
+    *,
+    children_dir: str | None = None,
+) -> Callable[[], None]:
+    """Serve the metrics (``--metrics-port``) and the health probes
+    (``--health-port``) the command line asks for; returns what closes them."""
+    app, opened = (
+        metrics_app(worker, children_dir=children_dir) if http.metrics_port else (None, None)
+    )
     try:
-        start_http_server(port, addr=host, registry=registry)
-    except OSError as exc:
-        raise OperationFailed(f"cannot serve metrics on port {port}: {exc}") from exc
-    log.info("serving Prometheus metrics on port %d of %s (/metrics)", port,
-             host)  # fmt: skip
-    return opened
+        endpoints = serve_endpoints(http, metrics=app, health=health)
+    except BaseException:
+        if opened is not None:
+            opened.close()
+        raise
+
+    def close() -> None:
+        endpoints.close()
+        if opened is not None:
+            opened.close()
+
+    return close
 
 
 def load_target(spec: str) -> Worker | AsyncWorker:

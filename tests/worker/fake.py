@@ -175,6 +175,10 @@ class FakeQueue:
             raise psycopg.OperationalError("too many connections for role")
         raise AssertionError("the fake has no server to LISTEN on")
 
+    async def schema_version(self) -> int | None:
+        await self._enter("schema_version")
+        return 1
+
     async def register_schedules(self, schedules: Sequence[Schedule]) -> None:
         await self._enter("register_schedules")
         for s in schedules:

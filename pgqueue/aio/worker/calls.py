@@ -11,6 +11,7 @@ not be lost (a claim) from a stop, for the stop's grace period.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ import anyio
 import psycopg
 import psycopg_pool
 
+from ...core.health import HealthStamps, Stamps
 from ...core.jobs import Job, JobStatus
 from ...core.ops import Cycle, Failure, Heartbeat, QueueCore
 from ...core.schedules import Schedule, Tick
@@ -82,6 +84,10 @@ class WorkerQueue(Protocol):
         """The conninfo and keyword arguments the queue's pool connects with."""
         ...
 
+    async def schema_version(self) -> int | None:
+        """A cheap read: the health check of a worker whose calls have been quiet."""
+        ...
+
     # The scheduler's (only for a worker with schedules).
     async def register_schedules(self, schedules: Sequence[Schedule]) -> None: ...
 
@@ -106,10 +112,19 @@ class Calls:
     component's task) and read by `watch_stalls`.
     """
 
-    def __init__(self, worker: str, table: str, *, deadline: float = 60.0) -> None:
+    def __init__(
+        self,
+        worker: str,
+        table: str,
+        *,
+        deadline: float = 60.0,
+        health: HealthStamps | None = None,
+    ) -> None:
         self.worker = worker
         self.table = table
         self.deadline = deadline
+        # Its ``reached_at`` is written here, at each call that returns.
+        self.health = health if health is not None else Stamps()
         self._in_flight: set[_Call] = set()
 
     async def __call__(
@@ -117,7 +132,9 @@ class Calls:
     ) -> T:
         """``await fn(*args, **kw)``, watched; `TimeoutError` past the deadline."""
         with self._watched(what), anyio.fail_after(self.deadline):
-            return await fn(*args, **kw)
+            result = await fn(*args, **kw)
+        self.health.reached_at = time.monotonic()
+        return result
 
     @contextmanager
     def _watched(self, what: str) -> Iterator[None]:

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import anyio
 
 from ...core.events import EventListener, check_listener, listeners_from
+from ...core.health import HealthStamps, Stamps
 from ...core.jobs import DEFAULT_QUEUE
 from ...core.schedules import Schedule, validate_schedule
 from ...core.worker import Handlers, WorkerSettings
@@ -138,6 +139,8 @@ class AsyncWorker:
         self._control = RunControl(self.settings.name)  # the current run, for stop()
         # Written by schedule() before run(); read by each run's crew.
         self._schedules: dict[str, Schedule] = {}
+        # Stamped by each run, read by probes from any thread (`pgqueue.core.health`).
+        self.health: HealthStamps = Stamps()
 
     @property
     def name(self) -> str:
@@ -241,7 +244,7 @@ class AsyncWorker:
         if handle_signals is None:
             handle_signals = self.handle_signals
         crew = Crew(self.queue, self.settings, self.handlers, self._event_listeners,
-                    list(self._schedules.values()))  # fmt: skip
+                    list(self._schedules.values()), self.health)  # fmt: skip
         self._control.begin(crew)  # raises if a run is under way
         log.info(
             "worker %s starting: concurrency=%d batch_size=%d queues=%s kinds=%s",

@@ -469,3 +469,18 @@ def test_every_worker_setting_is_a_flag_that_overrides_the_targets(
     plain = cli.build_parser().parse_args(["worker", "tests.cli_app:worker"])
     target = load_worker(plain.target, dsn=None, **worker_settings(plain))
     assert target.settings.batch_size == 20 and target.settings.name != "box-1"
+
+
+@pytest.mark.parametrize("flavour", list(FLAVOURS))
+def test_a_worker_started_before_migrate_says_so_in_one_line(
+    app: App, flavour: str, server_dsn: str
+) -> None:
+    missing = f"{app.table}_never_installed"
+    with app.worker(*FLAVOURS[flavour], PGQUEUE_TABLE=missing) as proc:
+        assert app.exit_code(proc) == 1, app.output()
+    [error] = [line for line in app.output().splitlines() if " ERROR " in line]
+    assert f' ERROR pgqueue.cli: relation "{missing}' in error
+    assert error.endswith(
+        f"does not exist: the queue's table {missing} is not installed; run `pgqueue migrate` first"
+    )
+    assert "Traceback" not in app.output()

@@ -20,13 +20,14 @@ from types import FrameType
 from typing import Any
 
 import anyio
+import psycopg.errors
 
 from ..aio.queue import AsyncQueue
 from ..aio.worker import AsyncWorker
 from ..core.health import HealthReport, assess
 from ..sync.queue import Queue
 from ..sync.worker import Worker
-from .errors import UsageError
+from .errors import UsageError, not_migrated
 from .probes import HttpOptions, WSGIApp, serve_endpoints
 
 # The name docs/observability.md gives the command's logger, whichever module logs.
@@ -116,6 +117,9 @@ def serve(worker: Worker | AsyncWorker, *, trio: bool, until_empty: bool) -> int
     except KeyboardInterrupt:
         log.warning("interrupted")
         return 130
+    except psycopg.errors.UndefinedTable as exc:
+        log.error("%s", not_migrated(exc, worker.queue.table))
+        return 1
     except Exception:
         log.exception("the worker failed")
         return 1

@@ -191,3 +191,15 @@ async def test_claim_bytes_must_be_a_positive_int(queue: Any, bad: Any) -> None:
         await queue.cycle([], [], worker="w", limit=10, claim_bytes=bad)
     with pytest.raises((TypeError, ValueError), match="claim_bytes"):
         pgqueue.AsyncWorker(queue, claim_bytes=bad)
+
+
+async def test_a_worker_on_a_table_never_installed_raises_undefined_table(
+    backend: str, dsn: str, table: str
+) -> None:
+    # docs/errors.md: an operation before install() raises UndefinedTable;
+    # the worker's run raises it as it is, not in the task groups it runs in.
+    async with open_queue(backend, dsn, table=table) as q:
+        worker = WorkerUnderTest(backend, q, {"k": lambda job: None})
+        with anyio.fail_after(PATIENCE), pytest.raises(psycopg.errors.UndefinedTable) as raised:
+            await worker.run()
+    assert f'relation "{table}' in str(raised.value)

@@ -260,6 +260,33 @@ class AsyncWorker:
                     tg.start_soon(self._control.on_signals, crew)
                 await crew.run(until_empty=until_empty)
                 tg.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            # The error of the component that failed, as the docs name it
+            # (docs/errors.md: psycopg.errors.UndefinedTable before install()),
+            # not the task groups the worker's components run in.
+            cause = sole_cause(group)
+            if cause is None:
+                raise
+            raise cause from None
         finally:
             self._control.end()
             log.info("worker %s stopped", self.name)
+
+
+def sole_cause(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
+    """The first error of ``group`` if all its errors (cancellations aside)
+    are of one type, as when several components hit the same missing table;
+    else None (the group says more than any one of them)."""
+    leaves: list[BaseException] = []
+
+    def collect(exc: BaseException) -> None:
+        if isinstance(exc, BaseExceptionGroup):
+            for inner in exc.exceptions:
+                collect(inner)
+        elif not isinstance(exc, anyio.get_cancelled_exc_class()):
+            leaves.append(exc)
+
+    collect(group)
+    if leaves and all(type(leaf) is type(leaves[0]) for leaf in leaves):
+        return leaves[0]
+    return None

@@ -163,12 +163,25 @@ class Calls:
             for call in list(self._in_flight):
                 if not call.stalled and now - call.since >= STALL_WARNING:
                     call.stalled = True
-                    log.warning(
-                        "worker %s: %s waiting on the database for %.0fs so far: a lock held "
-                        "on %s, no free connection in the pool, or a slow server "
-                        "(pg_stat_activity and pg_locks show which)",
-                        self.worker, call.what, now - call.since, self.table,
-                    )  # fmt: skip
+                    log.warning("worker %s: %s waiting on the database for %.0fs so far: %s",
+                                self.worker, call.what, now - call.since,
+                                self._why_stalled(call))  # fmt: skip
+
+    def _why_stalled(self, call: _Call) -> str:
+        """Whether the database answered other calls meanwhile: if so, this
+        one waits on a lock or a slow statement; if not, it is most likely
+        waiting for a connection the server refuses or never answers."""
+        waited = anyio.current_time() - call.since
+        if time.monotonic() - self.health.reached_at >= waited:
+            return (
+                "no database call of this worker has returned meanwhile, so most likely the "
+                "server cannot be reached or refuses connections (the psycopg.pool warnings "
+                "in this log give its reason), or every connection of the pool is taken"
+            )
+        return (
+            f"other calls returned meanwhile, so a lock held on {self.table} or a slow "
+            "statement (pg_stat_activity and pg_locks show which)"
+        )
 
 
 class Shields:

@@ -111,6 +111,9 @@ class FakeQueue:
 
     # -- the calls ----------------------------------------------------------------
 
+    async def open(self, *, wait: bool = True) -> None:
+        """(`AsyncWorker.run`.) Nothing to open."""
+
     async def cycle(
         self,
         succeeded: Sequence[int],

@@ -243,6 +243,9 @@ class AsyncWorker:
         """
         if handle_signals is None:
             handle_signals = self.handle_signals
+        # Not waiting, and no probe: a worker started during an outage
+        # rides it out on its pool's retries (docs/reliability.md).
+        await self.queue.open(wait=False)
         crew = Crew(self.queue, self.settings, self.handlers, self._event_listeners,
                     list(self._schedules.values()), self.health)  # fmt: skip
         self._control.begin(crew)  # raises if a run is under way

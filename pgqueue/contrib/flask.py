@@ -14,8 +14,13 @@
             conn.execute("INSERT INTO orders ...")
             pgq.enqueue("send_receipt", {...})  # joins it: commits with the order, or not at all
 
-    @pgq.handler("send_receipt")
-    def send_receipt(job: pgqueue.Job) -> None: ...  # runs in the app's context
+    @pgq.task
+    def send_receipt(order_id: int) -> None: ...  # a task: runs in the app's context
+
+    send_receipt.enqueue(order.id)            # joins the request's transaction too
+
+    @pgq.handler("legacy_kind")               # the lower level: a handler takes the Job
+    def legacy(job: pgqueue.Job) -> None: ...
 
     $ flask --app shop pgqueue migrate
     $ flask --app shop pgqueue worker --concurrency 8
@@ -39,7 +44,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast, overload
 
 import click
 import psycopg
@@ -52,14 +57,21 @@ from ..cli.processes import supervise
 from ..cli.worker import LOG_FORMAT, LOG_LEVELS, leave_stuck_calls_behind, stop_on_signals
 from ..core.jobs import JobSpec
 from ..core.ops import QueueCore
+from ..core.tasks import TaskDefaults, TaskDefinition, TaskRegistry
 from ..core.worker import check_worker_options
 from ..sync.driver import make_pool
 from ..sync.queue import Queue
+from ..sync.tasks import Task
 from ..sync.worker import Worker
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["PgQueue"]
 
 H = TypeVar("H", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 ConnectionLoader = Callable[[], "psycopg.Connection[Any] | None"]
 
 EXTENSION_KEY = "pgqueue"
@@ -110,6 +122,7 @@ class PgQueue:
 
     def __init__(self, app: Flask | None = None) -> None:
         self._handlers: dict[str, Callable[..., Any]] = {}
+        self._tasks = TaskRegistry()  # written by `task`, read by `worker`
         self._connection_loader: ConnectionLoader | None = None
         if app is not None:
             self.init_app(app)
@@ -239,8 +252,63 @@ class PgQueue:
 
     # -- the worker -----------------------------------------------------------
 
+    @overload
+    def task(self, fn: Callable[P, R], /) -> Task[P, R]: ...
+
+    @overload
+    def task(
+        self, /, *, kind: str | None = None, **defaults: Unpack[TaskDefaults]
+    ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+
+    def task(
+        self,
+        fn: Callable[P, R] | None = None,
+        /,
+        *,
+        kind: str | None = None,
+        **defaults: Unpack[TaskDefaults],
+    ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
+        """Make a plain function a task: a job kind whose jobs call it, in an
+        app context, as `pgqueue.Queue.task` does.
+
+            @pgq.task(max_attempts=5)
+            def send_receipt(order_id: int) -> None:
+                mailer.send(Order.query.get(order_id))
+
+            @app.post("/orders")
+            def create_order():
+                with pgq.transaction() as conn:
+                    conn.execute("INSERT INTO orders ...")
+                    send_receipt.enqueue(order_id)   # commits with the order, or not at all
+
+        The returned `pgqueue.Task` enqueues on the current app's queue,
+        joining the request's connection as `enqueue` does (or the one given
+        with ``.options(conn=...)``); calling it calls the function. ``kind``
+        and ``defaults`` are those of `pgqueue.Queue.task`. `worker` (and
+        ``flask pgqueue worker``) runs the tasks beside the handlers. A bad
+        option, an ``async def`` function or a second function for a kind
+        raises `TypeError` or `ValueError` here.
+        """
+
+        def make(fn: Callable[P, R]) -> Task[P, R]:
+            if inspect.iscoroutinefunction(fn):
+                raise TypeError(f"{fn.__qualname__} is async; Flask's worker runs plain functions")
+            definition = TaskDefinition(fn, kind, defaults)
+            if definition.kind in self._handlers:
+                raise ValueError(
+                    f"job kind {definition.kind!r} has a handler already: give the task "
+                    "another kind="
+                )
+            self._tasks.add(definition)
+            # The extension stands in for the queue: it enqueues on the current
+            # app's, joining the request's connection.
+            return Task(cast("Queue", self), definition, definition.options)
+
+        return make if fn is None else make(fn)
+
     def handler(self, kind: str) -> Callable[[H], H]:
-        """Register the decorated plain function as the handler of ``kind``."""
+        """Register the decorated plain function as the handler of ``kind``:
+        the lower level of `task`, a function that takes the `pgqueue.Job`."""
 
         def register(fn: H) -> H:
             if not callable(fn):
@@ -249,6 +317,8 @@ class PgQueue:
                 raise TypeError(
                     f"the handler for {kind!r} is async; Flask's worker runs plain functions"
                 )
+            if self._tasks.get(kind) is not None:
+                raise ValueError(f"job kind {kind!r} is a task already (pgq.task)")
             self._handlers[kind] = fn
             return fn
 
@@ -260,7 +330,10 @@ class PgQueue:
         target: Flask = app if app is not None else current_app._get_current_object()  # type: ignore[attr-defined]
         _, queue = self._state(target).open()
         settings = {**target.config["PGQUEUE_WORKER"], **options}
-        handlers = {kind: _in_app_context(target, fn) for kind, fn in self._handlers.items()}
+        handlers = {
+            kind: _in_app_context(target, fn)
+            for kind, fn in self._tasks.handlers(self._handlers).items()
+        }
         return Worker(queue, handlers, **settings)
 
 

@@ -8,11 +8,14 @@ bucket AS (
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused))
+                                               WHERE q.queue = t.queue AND q.paused)
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -29,11 +32,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused))
+                                               WHERE q.queue = t.queue AND q.paused)
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -122,108 +126,20 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 
 -- ==== _rendered[('turn', False, False, False, 100, True, 100, True, False)]
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed_rows AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot),
-failed_rows_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "pgqueue_jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-"cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
-cancelled_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-cancelled_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused))
+                                               WHERE q.queue = t.queue AND q.paused)
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -240,11 +156,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused))
+                                               WHERE q.queue = t.queue AND q.paused)
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -283,10 +200,132 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused)
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed_rows AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error),
+failed_rows_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "pgqueue_jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+              COALESCE(f.error, j.last_error) AS last_error),
+"cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
+cancelled_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
- WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
+ WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
 WITH RECURSIVE
 found(queue) AS (
     SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
@@ -330,7 +369,7 @@ picked AS (
             LIMIT 100) AS x
      LIMIT 100)
 SELECT id FROM picked
- LIMIT 100 - (SELECT count(*) FROM limited)))
+ LIMIT greatest(0, 100 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
 RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
@@ -341,11 +380,14 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                 UNION ALL SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed
-                        UNION ALL SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== allocate_ids
@@ -365,7 +407,7 @@ cancelled_freed AS (
       FROM cancelled AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 cancelled_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -390,7 +432,7 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM cancelled),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w)
+            FROM (SELECT FROM (SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w)
 
 -- ==== cancel_requests
 SELECT id FROM "pgqueue_jobs" WHERE id = ANY(%s::bigint[]) AND cancel_requested_at IS NOT NULL
@@ -403,11 +445,14 @@ bucket AS (
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused))
+                                               WHERE q.queue = t.queue AND q.paused)
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -424,11 +469,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused))
+                                               WHERE q.queue = t.queue AND q.paused)
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -527,7 +573,7 @@ done_freed AS (
       FROM done AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 done_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -543,7 +589,7 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w)
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w)
 
 -- ==== copy_in
 COPY "pgqueue_jobs" ("id", "kind", "payload", "run_at", "max_attempts", "queue", "priority", "result_ttl", "limit_key") FROM STDIN
@@ -553,108 +599,20 @@ COPY "pgqueue_jobs" ("id", "kind", "payload", "run_at", "max_attempts", "queue",
 
 -- ==== cycle
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed_rows AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot),
-failed_rows_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "pgqueue_jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-"cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
-cancelled_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-cancelled_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused))
+                                               WHERE q.queue = t.queue AND q.paused)
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -671,11 +629,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused))
+                                               WHERE q.queue = t.queue AND q.paused)
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -714,10 +673,132 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused)
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed_rows AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error),
+failed_rows_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "pgqueue_jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+              COALESCE(f.error, j.last_error) AS last_error),
+"cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
+cancelled_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
- WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
+ WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
 WITH RECURSIVE
 found(queue) AS (
     SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
@@ -761,7 +842,7 @@ picked AS (
             LIMIT 100) AS x
      LIMIT 100)
 SELECT id FROM picked
- LIMIT 100 - (SELECT count(*) FROM limited)))
+ LIMIT greatest(0, 100 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
 RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
@@ -772,11 +853,14 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                 UNION ALL SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed
-                        UNION ALL SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== enqueue
@@ -809,11 +893,14 @@ bucket AS (
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused))
+                                               WHERE q.queue = t.queue AND q.paused)
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -830,11 +917,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused))
+                                               WHERE q.queue = t.queue AND q.paused)
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -1089,7 +1177,7 @@ failed_rows_freed AS (
       FROM failed_rows AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.claimed
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 failed_rows_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -1118,7 +1206,7 @@ cancelled_freed AS (
       FROM cancelled AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 cancelled_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -1137,8 +1225,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM failed),
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w)
+            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w)
 
 -- ==== register_schedule
 INSERT INTO "pgqueue_jobs_schedules" AS s (name, kind, cron, every, tz, payload, queue, priority, overlap,
@@ -1477,11 +1565,14 @@ bucket AS (
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused))
+                                               WHERE q.queue = t.queue AND q.paused)
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -1498,11 +1589,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused))
+                                               WHERE q.queue = t.queue AND q.paused)
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -1645,11 +1737,14 @@ bucket AS (
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[])
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -1666,11 +1761,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[])
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -1808,11 +1904,14 @@ bucket AS (
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[])
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -1829,11 +1928,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[])
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -1966,11 +2066,14 @@ bucket AS (
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -1987,11 +2090,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -2085,7 +2189,7 @@ done_freed AS (
       FROM done AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 done_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -2153,9 +2257,10 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=False limited=False failures=False plain=True limited_max=None)
@@ -2220,7 +2325,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       0
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=False limited=False failures=True plain=False limited_max=None)
@@ -2235,7 +2341,7 @@ done_freed AS (
       FROM done AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 done_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -2274,7 +2380,7 @@ failed_rows_freed AS (
       FROM failed_rows AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.claimed
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 failed_rows_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -2303,7 +2409,7 @@ cancelled_freed AS (
       FROM cancelled AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 cancelled_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -2373,11 +2479,14 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                 UNION ALL SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed
-                        UNION ALL SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=False limited=False failures=True plain=True limited_max=None)
@@ -2414,7 +2523,7 @@ failed_rows_freed AS (
       FROM failed_rows AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.claimed
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 failed_rows_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -2443,7 +2552,7 @@ cancelled_freed AS (
       FROM cancelled AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 cancelled_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -2512,48 +2621,30 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=False limited=True failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused))
+                                               WHERE q.queue = t.queue AND q.paused)
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -2570,11 +2661,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused))
+                                               WHERE q.queue = t.queue AND q.paused)
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -2613,10 +2705,64 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused)
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
- WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
+ WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
 WITH RECURSIVE
 found(queue) AS (
     SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
@@ -2660,7 +2806,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked
- LIMIT 20 - (SELECT count(*) FROM limited)))
+ LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
 RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
@@ -2669,30 +2815,28 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=False limited=True failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused))
+                                               WHERE q.queue = t.queue AND q.paused)
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -2709,11 +2853,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused))
+                                               WHERE q.queue = t.queue AND q.paused)
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -2752,6 +2897,12 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -2807,113 +2958,26 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       0
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=False limited=True failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed_rows AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot),
-failed_rows_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "pgqueue_jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-"cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
-cancelled_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-cancelled_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused))
+                                               WHERE q.queue = t.queue AND q.paused)
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -2930,11 +2994,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused))
+                                               WHERE q.queue = t.queue AND q.paused)
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -2973,10 +3038,132 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused)
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed_rows AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error),
+failed_rows_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "pgqueue_jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+              COALESCE(f.error, j.last_error) AS last_error),
+"cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
+cancelled_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
- WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
+ WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
 WITH RECURSIVE
 found(queue) AS (
     SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
@@ -3020,7 +3207,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked
- LIMIT 20 - (SELECT count(*) FROM limited)))
+ LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
 RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
@@ -3031,100 +3218,32 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                 UNION ALL SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed
-                        UNION ALL SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=False limited=True failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed_rows AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot),
-failed_rows_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "pgqueue_jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-"cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
-cancelled_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-cancelled_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused))
+                                               WHERE q.queue = t.queue AND q.paused)
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -3141,11 +3260,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused))
+                                               WHERE q.queue = t.queue AND q.paused)
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -3184,6 +3304,80 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+failed_rows AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error),
+failed_rows_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "pgqueue_jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+              COALESCE(f.error, j.last_error) AS last_error),
+"cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
+cancelled_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -3241,10 +3435,12 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=True limited=False failures=False plain=False limited_max=None)
@@ -3259,7 +3455,7 @@ done_freed AS (
       FROM done AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 done_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -3330,9 +3526,10 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=True limited=False failures=False plain=True limited_max=None)
@@ -3400,7 +3597,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       0
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=True limited=False failures=True plain=False limited_max=None)
@@ -3415,7 +3613,7 @@ done_freed AS (
       FROM done AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 done_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -3454,7 +3652,7 @@ failed_rows_freed AS (
       FROM failed_rows AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.claimed
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 failed_rows_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -3483,7 +3681,7 @@ cancelled_freed AS (
       FROM cancelled AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 cancelled_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -3556,11 +3754,14 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                 UNION ALL SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed
-                        UNION ALL SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=True limited=False failures=True plain=True limited_max=None)
@@ -3597,7 +3798,7 @@ failed_rows_freed AS (
       FROM failed_rows AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.claimed
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 failed_rows_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -3626,7 +3827,7 @@ cancelled_freed AS (
       FROM cancelled AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 cancelled_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -3698,48 +3899,30 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=True limited=True failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused))
+                                               WHERE q.queue = t.queue AND q.paused)
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -3756,11 +3939,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused))
+                                               WHERE q.queue = t.queue AND q.paused)
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -3799,10 +3983,64 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused)
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
- WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
+ WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
 WITH RECURSIVE
 found(queue) AS (
     SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
@@ -3849,7 +4087,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
- LIMIT 20 - (SELECT count(*) FROM limited)))
+ LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
 RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
@@ -3858,30 +4096,28 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=True limited=True failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused))
+                                               WHERE q.queue = t.queue AND q.paused)
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -3898,11 +4134,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused))
+                                               WHERE q.queue = t.queue AND q.paused)
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -3941,6 +4178,12 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -3999,113 +4242,26 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       0
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=True limited=True failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed_rows AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot),
-failed_rows_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "pgqueue_jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-"cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
-cancelled_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-cancelled_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused))
+                                               WHERE q.queue = t.queue AND q.paused)
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -4122,11 +4278,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused))
+                                               WHERE q.queue = t.queue AND q.paused)
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -4165,10 +4322,132 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused)
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed_rows AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error),
+failed_rows_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "pgqueue_jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+              COALESCE(f.error, j.last_error) AS last_error),
+"cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
+cancelled_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
- WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
+ WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
 WITH RECURSIVE
 found(queue) AS (
     SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
@@ -4215,7 +4494,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
- LIMIT 20 - (SELECT count(*) FROM limited)))
+ LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
 RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
@@ -4226,100 +4505,32 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                 UNION ALL SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed
-                        UNION ALL SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=True limited=True failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed_rows AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot),
-failed_rows_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "pgqueue_jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-"cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
-cancelled_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-cancelled_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused))
+                                               WHERE q.queue = t.queue AND q.paused)
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -4336,11 +4547,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused))
+                                               WHERE q.queue = t.queue AND q.paused)
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -4379,6 +4591,80 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+failed_rows AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error),
+failed_rows_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "pgqueue_jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+              COALESCE(f.error, j.last_error) AS last_error),
+"cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
+cancelled_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -4439,10 +4725,12 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=False limited=False failures=False plain=False limited_max=None)
@@ -4457,7 +4745,7 @@ done_freed AS (
       FROM done AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 done_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -4525,9 +4813,10 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=False limited=False failures=False plain=True limited_max=None)
@@ -4592,7 +4881,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       0
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=False limited=False failures=True plain=False limited_max=None)
@@ -4607,7 +4897,7 @@ done_freed AS (
       FROM done AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 done_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -4646,7 +4936,7 @@ failed_rows_freed AS (
       FROM failed_rows AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.claimed
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 failed_rows_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -4675,7 +4965,7 @@ cancelled_freed AS (
       FROM cancelled AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 cancelled_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -4745,11 +5035,14 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                 UNION ALL SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed
-                        UNION ALL SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=False limited=False failures=True plain=True limited_max=None)
@@ -4786,7 +5079,7 @@ failed_rows_freed AS (
       FROM failed_rows AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.claimed
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 failed_rows_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -4815,7 +5108,7 @@ cancelled_freed AS (
       FROM cancelled AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 cancelled_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -4884,48 +5177,30 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=False limited=True failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[])
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -4942,11 +5217,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[])
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -4985,10 +5261,64 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[])
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
- WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
+ WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
 WITH RECURSIVE
 found(queue) AS (
     SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
@@ -5032,7 +5362,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked
- LIMIT 20 - (SELECT count(*) FROM limited)))
+ LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
 RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
@@ -5041,30 +5371,28 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=False limited=True failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[])
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -5081,11 +5409,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[])
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -5124,6 +5453,12 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -5179,113 +5514,26 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       0
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=False limited=True failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed_rows AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot),
-failed_rows_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "pgqueue_jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-"cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
-cancelled_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-cancelled_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[])
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -5302,11 +5550,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[])
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -5345,10 +5594,132 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[])
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed_rows AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error),
+failed_rows_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "pgqueue_jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+              COALESCE(f.error, j.last_error) AS last_error),
+"cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
+cancelled_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
- WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
+ WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
 WITH RECURSIVE
 found(queue) AS (
     SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
@@ -5392,7 +5763,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked
- LIMIT 20 - (SELECT count(*) FROM limited)))
+ LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
 RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
@@ -5403,100 +5774,32 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                 UNION ALL SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed
-                        UNION ALL SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=False limited=True failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed_rows AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot),
-failed_rows_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "pgqueue_jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-"cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
-cancelled_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-cancelled_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[])
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -5513,11 +5816,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[])
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -5556,6 +5860,80 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+failed_rows AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error),
+failed_rows_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "pgqueue_jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+              COALESCE(f.error, j.last_error) AS last_error),
+"cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
+cancelled_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -5613,10 +5991,12 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=True limited=False failures=False plain=False limited_max=None)
@@ -5631,7 +6011,7 @@ done_freed AS (
       FROM done AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 done_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -5702,9 +6082,10 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=True limited=False failures=False plain=True limited_max=None)
@@ -5772,7 +6153,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       0
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=True limited=False failures=True plain=False limited_max=None)
@@ -5787,7 +6169,7 @@ done_freed AS (
       FROM done AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 done_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -5826,7 +6208,7 @@ failed_rows_freed AS (
       FROM failed_rows AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.claimed
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 failed_rows_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -5855,7 +6237,7 @@ cancelled_freed AS (
       FROM cancelled AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 cancelled_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -5928,11 +6310,14 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                 UNION ALL SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed
-                        UNION ALL SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=True limited=False failures=True plain=True limited_max=None)
@@ -5969,7 +6354,7 @@ failed_rows_freed AS (
       FROM failed_rows AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.claimed
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 failed_rows_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -5998,7 +6383,7 @@ cancelled_freed AS (
       FROM cancelled AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 cancelled_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -6070,48 +6455,30 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=True limited=True failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[])
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -6128,11 +6495,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[])
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -6171,10 +6539,64 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[])
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
- WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
+ WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
 WITH RECURSIVE
 found(queue) AS (
     SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
@@ -6221,7 +6643,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
- LIMIT 20 - (SELECT count(*) FROM limited)))
+ LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
 RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
@@ -6230,30 +6652,28 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=True limited=True failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[])
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -6270,11 +6690,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[])
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -6313,6 +6734,12 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -6371,113 +6798,26 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       0
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=True limited=True failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed_rows AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot),
-failed_rows_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "pgqueue_jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-"cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
-cancelled_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-cancelled_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[])
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -6494,11 +6834,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[])
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -6537,10 +6878,132 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[])
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed_rows AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error),
+failed_rows_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "pgqueue_jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+              COALESCE(f.error, j.last_error) AS last_error),
+"cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
+cancelled_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
- WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
+ WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
 WITH RECURSIVE
 found(queue) AS (
     SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
@@ -6587,7 +7050,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
- LIMIT 20 - (SELECT count(*) FROM limited)))
+ LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
 RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
@@ -6598,100 +7061,32 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                 UNION ALL SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed
-                        UNION ALL SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=True limited=True failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed_rows AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot),
-failed_rows_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "pgqueue_jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-"cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
-cancelled_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-cancelled_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[])
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -6708,11 +7103,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[])
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -6751,6 +7147,80 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+failed_rows AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error),
+failed_rows_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "pgqueue_jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+              COALESCE(f.error, j.last_error) AS last_error),
+"cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
+cancelled_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -6811,10 +7281,12 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=False limited=False failures=False plain=False limited_max=None)
@@ -6829,7 +7301,7 @@ done_freed AS (
       FROM done AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 done_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -6892,9 +7364,10 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=False limited=False failures=False plain=True limited_max=None)
@@ -6954,7 +7427,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       0
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=False limited=False failures=True plain=False limited_max=None)
@@ -6969,7 +7443,7 @@ done_freed AS (
       FROM done AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 done_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -7008,7 +7482,7 @@ failed_rows_freed AS (
       FROM failed_rows AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.claimed
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 failed_rows_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -7037,7 +7511,7 @@ cancelled_freed AS (
       FROM cancelled AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 cancelled_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -7102,11 +7576,14 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                 UNION ALL SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed
-                        UNION ALL SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=False limited=False failures=True plain=True limited_max=None)
@@ -7143,7 +7620,7 @@ failed_rows_freed AS (
       FROM failed_rows AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.claimed
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 failed_rows_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -7172,7 +7649,7 @@ cancelled_freed AS (
       FROM cancelled AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 cancelled_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -7236,48 +7713,30 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=False limited=True failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[])
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -7294,11 +7753,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[])
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -7337,10 +7797,64 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[])
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
- WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
+ WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
 WITH RECURSIVE
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
@@ -7379,7 +7893,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked
- LIMIT 20 - (SELECT count(*) FROM limited)))
+ LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
 RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
@@ -7388,30 +7902,28 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=False limited=True failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[])
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -7428,11 +7940,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[])
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -7471,6 +7984,12 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -7521,22 +8040,128 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       0
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=False limited=True failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+bucket AS (
+    SELECT m.limit_key, m.per_second,
+           least(m.burst, m.tokens + m.per_second
+                 * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
+      FROM "pgqueue_jobs_limits" AS m
+     WHERE m.per_second IS NOT NULL
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[])
+             LIMIT 1)
+       FOR UPDATE SKIP LOCKED),
+free AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM (SELECT limit_key, slot FROM "pgqueue_jobs_limit_slots" AS s
+             WHERE job_id IS NULL
+               -- Within the limit, and none taken above it (a lowered
+               -- limit): slots above it are never taken again, only freed,
+               -- so one seen taken from an older snapshot errs on the safe
+               -- side. Every slot taken is then within the limit.
+               AND slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                      WHERE m.limit_key = s.limit_key), 1)
+               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                                WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                                  AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                          WHERE m.limit_key = s.limit_key), 1))
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[])
+                     LIMIT 1)
+               -- A key with a rate: only with a token, in a bucket this claim holds.
+               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                                WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
+                                  AND NOT EXISTS (SELECT FROM bucket AS b
+                                                   WHERE b.limit_key = r.limit_key
+                                                     AND b.tokens >= 1))
+             ORDER BY limit_key, slot
+             LIMIT 20
+             FOR UPDATE SKIP LOCKED) AS s),
+limited AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT f.limit_key, least(count(*), min(floor(b.tokens))::bigint) AS free
+              FROM free AS f LEFT JOIN bucket AS b ON b.limit_key = f.limit_key
+             GROUP BY f.limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[])
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN free AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+taken AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET job_id = l.id, attempt = l.attempts + 1, taken_at = now()
+      FROM limited AS l
+     WHERE s.limit_key = l.limit_key AND s.slot = l.slot),
+spent AS (
+    UPDATE "pgqueue_jobs_limits" AS m
+       SET tokens = b.tokens - (SELECT count(*) FROM limited AS l
+                                 WHERE l.limit_key = b.limit_key),
+           refilled_at = now()
+      FROM bucket AS b
+     WHERE m.limit_key = b.limit_key
+    RETURNING b.per_second, m.tokens),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
     RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[])
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
 done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
       FROM done AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 done_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -7575,7 +8200,7 @@ failed_rows_freed AS (
       FROM failed_rows AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.claimed
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 failed_rows_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -7604,7 +8229,7 @@ cancelled_freed AS (
       FROM cancelled AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 cancelled_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -7617,80 +8242,10 @@ cancelled_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
-bucket AS (
-    SELECT m.limit_key, m.per_second,
-           least(m.burst, m.tokens + m.per_second
-                 * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
-      FROM "pgqueue_jobs_limits" AS m
-     WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
-                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]))
-       FOR UPDATE SKIP LOCKED),
-free AS (
-    SELECT s.limit_key, s.slot,
-           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
-      FROM (SELECT limit_key, slot FROM "pgqueue_jobs_limit_slots" AS s
-             WHERE job_id IS NULL
-               -- Within the limit, and none taken above it (a lowered
-               -- limit): slots above it are never taken again, only freed,
-               -- so one seen taken from an older snapshot errs on the safe
-               -- side. Every slot taken is then within the limit.
-               AND slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                      WHERE m.limit_key = s.limit_key), 1)
-               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
-                                WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
-                                  AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                                          WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
-                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]))
-               -- A key with a rate: only with a token, in a bucket this claim holds.
-               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
-                                WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
-                                  AND NOT EXISTS (SELECT FROM bucket AS b
-                                                   WHERE b.limit_key = r.limit_key
-                                                     AND b.tokens >= 1))
-             ORDER BY limit_key, slot
-             LIMIT 20
-             FOR UPDATE SKIP LOCKED) AS s),
-limited AS (
-    SELECT x.id, x.attempts, f.limit_key, f.slot
-      FROM (SELECT f.limit_key, least(count(*), min(floor(b.tokens))::bigint) AS free
-              FROM free AS f LEFT JOIN bucket AS b ON b.limit_key = f.limit_key
-             GROUP BY f.limit_key) AS k
-     CROSS JOIN LATERAL (
-           SELECT y.id, y.attempts, row_number() OVER () AS n
-             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
-                      AND t.run_at <= now()
-                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[])
-                    ORDER BY t.priority DESC, t.run_at, t.id
-                    LIMIT k.free
-                    FOR UPDATE SKIP LOCKED) AS y) AS x
-      JOIN free AS f ON f.limit_key = k.limit_key AND f.n = x.n),
-taken AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s
-       SET job_id = l.id, attempt = l.attempts + 1, taken_at = now()
-      FROM limited AS l
-     WHERE s.limit_key = l.limit_key AND s.slot = l.slot),
-spent AS (
-    UPDATE "pgqueue_jobs_limits" AS m
-       SET tokens = b.tokens - (SELECT count(*) FROM limited AS l
-                                 WHERE l.limit_key = b.limit_key),
-           refilled_at = now()
-      FROM bucket AS b
-     WHERE m.limit_key = b.limit_key
-    RETURNING b.per_second, m.tokens),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
- WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
+ WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
 WITH RECURSIVE
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
@@ -7729,7 +8284,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked
- LIMIT 20 - (SELECT count(*) FROM limited)))
+ LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
 RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
@@ -7740,100 +8295,32 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                 UNION ALL SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed
-                        UNION ALL SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=False limited=True failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed_rows AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot),
-failed_rows_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "pgqueue_jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-"cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
-cancelled_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-cancelled_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[])
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -7850,11 +8337,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[])
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -7893,6 +8381,80 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+failed_rows AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error),
+failed_rows_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "pgqueue_jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+              COALESCE(f.error, j.last_error) AS last_error),
+"cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
+cancelled_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -7945,10 +8507,12 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=True limited=False failures=False plain=False limited_max=None)
@@ -7963,7 +8527,7 @@ done_freed AS (
       FROM done AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 done_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -8029,9 +8593,10 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=True limited=False failures=False plain=True limited_max=None)
@@ -8094,7 +8659,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       0
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=True limited=False failures=True plain=False limited_max=None)
@@ -8109,7 +8675,7 @@ done_freed AS (
       FROM done AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 done_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -8148,7 +8714,7 @@ failed_rows_freed AS (
       FROM failed_rows AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.claimed
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 failed_rows_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -8177,7 +8743,7 @@ cancelled_freed AS (
       FROM cancelled AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 cancelled_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -8245,11 +8811,14 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                 UNION ALL SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed
-                        UNION ALL SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=True limited=False failures=True plain=True limited_max=None)
@@ -8286,7 +8855,7 @@ failed_rows_freed AS (
       FROM failed_rows AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.claimed
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 failed_rows_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -8315,7 +8884,7 @@ cancelled_freed AS (
       FROM cancelled AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 cancelled_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -8382,48 +8951,30 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=True limited=True failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[])
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -8440,11 +8991,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[])
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -8483,10 +9035,64 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[])
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
- WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
+ WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
 WITH RECURSIVE
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
@@ -8528,7 +9134,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
- LIMIT 20 - (SELECT count(*) FROM limited)))
+ LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
 RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
@@ -8537,30 +9143,28 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=True limited=True failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[])
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -8577,11 +9181,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[])
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -8620,6 +9225,12 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -8673,113 +9284,26 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       0
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=True limited=True failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed_rows AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot),
-failed_rows_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "pgqueue_jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-"cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
-cancelled_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-cancelled_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[])
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -8796,11 +9320,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[])
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -8839,10 +9364,132 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[])
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed_rows AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error),
+failed_rows_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "pgqueue_jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+              COALESCE(f.error, j.last_error) AS last_error),
+"cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
+cancelled_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
- WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
+ WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
 WITH RECURSIVE
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
@@ -8884,7 +9531,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
- LIMIT 20 - (SELECT count(*) FROM limited)))
+ LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
 RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
@@ -8895,100 +9542,32 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                 UNION ALL SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed
-                        UNION ALL SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=True limited=True failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed_rows AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot),
-failed_rows_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "pgqueue_jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-"cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
-cancelled_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-cancelled_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[])
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -9005,11 +9584,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[])
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -9048,6 +9628,80 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+failed_rows AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error),
+failed_rows_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "pgqueue_jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+              COALESCE(f.error, j.last_error) AS last_error),
+"cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
+cancelled_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -9103,10 +9757,12 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=False limited=False failures=False plain=False limited_max=None)
@@ -9121,7 +9777,7 @@ done_freed AS (
       FROM done AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 done_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -9184,9 +9840,10 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=False limited=False failures=False plain=True limited_max=None)
@@ -9246,7 +9903,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       0
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=False limited=False failures=True plain=False limited_max=None)
@@ -9261,7 +9919,7 @@ done_freed AS (
       FROM done AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 done_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -9300,7 +9958,7 @@ failed_rows_freed AS (
       FROM failed_rows AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.claimed
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 failed_rows_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -9329,7 +9987,7 @@ cancelled_freed AS (
       FROM cancelled AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 cancelled_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -9394,11 +10052,14 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                 UNION ALL SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed
-                        UNION ALL SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=False limited=False failures=True plain=True limited_max=None)
@@ -9435,7 +10096,7 @@ failed_rows_freed AS (
       FROM failed_rows AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.claimed
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 failed_rows_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -9464,7 +10125,7 @@ cancelled_freed AS (
       FROM cancelled AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 cancelled_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -9528,48 +10189,30 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=False limited=True failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -9586,11 +10229,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -9629,10 +10273,64 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
- WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
+ WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
 WITH RECURSIVE
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
@@ -9671,7 +10369,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked
- LIMIT 20 - (SELECT count(*) FROM limited)))
+ LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
 RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
@@ -9680,30 +10378,28 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=False limited=True failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -9720,11 +10416,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -9763,6 +10460,12 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -9813,22 +10516,128 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       0
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=False limited=True failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+bucket AS (
+    SELECT m.limit_key, m.per_second,
+           least(m.burst, m.tokens + m.per_second
+                 * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
+      FROM "pgqueue_jobs_limits" AS m
+     WHERE m.per_second IS NOT NULL
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+             LIMIT 1)
+       FOR UPDATE SKIP LOCKED),
+free AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM (SELECT limit_key, slot FROM "pgqueue_jobs_limit_slots" AS s
+             WHERE job_id IS NULL
+               -- Within the limit, and none taken above it (a lowered
+               -- limit): slots above it are never taken again, only freed,
+               -- so one seen taken from an older snapshot errs on the safe
+               -- side. Every slot taken is then within the limit.
+               AND slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                      WHERE m.limit_key = s.limit_key), 1)
+               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                                WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                                  AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                          WHERE m.limit_key = s.limit_key), 1))
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+                     LIMIT 1)
+               -- A key with a rate: only with a token, in a bucket this claim holds.
+               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                                WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
+                                  AND NOT EXISTS (SELECT FROM bucket AS b
+                                                   WHERE b.limit_key = r.limit_key
+                                                     AND b.tokens >= 1))
+             ORDER BY limit_key, slot
+             LIMIT 20
+             FOR UPDATE SKIP LOCKED) AS s),
+limited AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT f.limit_key, least(count(*), min(floor(b.tokens))::bigint) AS free
+              FROM free AS f LEFT JOIN bucket AS b ON b.limit_key = f.limit_key
+             GROUP BY f.limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN free AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+taken AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET job_id = l.id, attempt = l.attempts + 1, taken_at = now()
+      FROM limited AS l
+     WHERE s.limit_key = l.limit_key AND s.slot = l.slot),
+spent AS (
+    UPDATE "pgqueue_jobs_limits" AS m
+       SET tokens = b.tokens - (SELECT count(*) FROM limited AS l
+                                 WHERE l.limit_key = b.limit_key),
+           refilled_at = now()
+      FROM bucket AS b
+     WHERE m.limit_key = b.limit_key
+    RETURNING b.per_second, m.tokens),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
     RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
 done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
       FROM done AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 done_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -9867,7 +10676,7 @@ failed_rows_freed AS (
       FROM failed_rows AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.claimed
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 failed_rows_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -9896,7 +10705,7 @@ cancelled_freed AS (
       FROM cancelled AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 cancelled_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -9909,80 +10718,10 @@ cancelled_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
-bucket AS (
-    SELECT m.limit_key, m.per_second,
-           least(m.burst, m.tokens + m.per_second
-                 * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
-      FROM "pgqueue_jobs_limits" AS m
-     WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
-                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[]))
-       FOR UPDATE SKIP LOCKED),
-free AS (
-    SELECT s.limit_key, s.slot,
-           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
-      FROM (SELECT limit_key, slot FROM "pgqueue_jobs_limit_slots" AS s
-             WHERE job_id IS NULL
-               -- Within the limit, and none taken above it (a lowered
-               -- limit): slots above it are never taken again, only freed,
-               -- so one seen taken from an older snapshot errs on the safe
-               -- side. Every slot taken is then within the limit.
-               AND slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                      WHERE m.limit_key = s.limit_key), 1)
-               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
-                                WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
-                                  AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                                          WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
-                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[]))
-               -- A key with a rate: only with a token, in a bucket this claim holds.
-               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
-                                WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
-                                  AND NOT EXISTS (SELECT FROM bucket AS b
-                                                   WHERE b.limit_key = r.limit_key
-                                                     AND b.tokens >= 1))
-             ORDER BY limit_key, slot
-             LIMIT 20
-             FOR UPDATE SKIP LOCKED) AS s),
-limited AS (
-    SELECT x.id, x.attempts, f.limit_key, f.slot
-      FROM (SELECT f.limit_key, least(count(*), min(floor(b.tokens))::bigint) AS free
-              FROM free AS f LEFT JOIN bucket AS b ON b.limit_key = f.limit_key
-             GROUP BY f.limit_key) AS k
-     CROSS JOIN LATERAL (
-           SELECT y.id, y.attempts, row_number() OVER () AS n
-             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
-                      AND t.run_at <= now()
-                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
-                    ORDER BY t.priority DESC, t.run_at, t.id
-                    LIMIT k.free
-                    FOR UPDATE SKIP LOCKED) AS y) AS x
-      JOIN free AS f ON f.limit_key = k.limit_key AND f.n = x.n),
-taken AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s
-       SET job_id = l.id, attempt = l.attempts + 1, taken_at = now()
-      FROM limited AS l
-     WHERE s.limit_key = l.limit_key AND s.slot = l.slot),
-spent AS (
-    UPDATE "pgqueue_jobs_limits" AS m
-       SET tokens = b.tokens - (SELECT count(*) FROM limited AS l
-                                 WHERE l.limit_key = b.limit_key),
-           refilled_at = now()
-      FROM bucket AS b
-     WHERE m.limit_key = b.limit_key
-    RETURNING b.per_second, m.tokens),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
- WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
+ WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
 WITH RECURSIVE
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
@@ -10021,7 +10760,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked
- LIMIT 20 - (SELECT count(*) FROM limited)))
+ LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
 RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
@@ -10032,100 +10771,32 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                 UNION ALL SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed
-                        UNION ALL SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=False limited=True failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed_rows AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot),
-failed_rows_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "pgqueue_jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-"cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
-cancelled_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-cancelled_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -10142,11 +10813,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -10185,6 +10857,80 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+failed_rows AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error),
+failed_rows_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "pgqueue_jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+              COALESCE(f.error, j.last_error) AS last_error),
+"cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
+cancelled_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -10237,10 +10983,12 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=True limited=False failures=False plain=False limited_max=None)
@@ -10255,7 +11003,7 @@ done_freed AS (
       FROM done AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 done_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -10321,9 +11069,10 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=True limited=False failures=False plain=True limited_max=None)
@@ -10386,7 +11135,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       0
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=True limited=False failures=True plain=False limited_max=None)
@@ -10401,7 +11151,7 @@ done_freed AS (
       FROM done AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 done_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -10440,7 +11190,7 @@ failed_rows_freed AS (
       FROM failed_rows AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.claimed
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 failed_rows_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -10469,7 +11219,7 @@ cancelled_freed AS (
       FROM cancelled AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 cancelled_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -10537,11 +11287,14 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                 UNION ALL SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed
-                        UNION ALL SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=True limited=False failures=True plain=True limited_max=None)
@@ -10578,7 +11331,7 @@ failed_rows_freed AS (
       FROM failed_rows AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.claimed
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 failed_rows_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -10607,7 +11360,7 @@ cancelled_freed AS (
       FROM cancelled AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 cancelled_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -10674,48 +11427,30 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=True limited=True failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -10732,11 +11467,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -10775,10 +11511,64 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
- WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
+ WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
 WITH RECURSIVE
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
@@ -10820,7 +11610,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
- LIMIT 20 - (SELECT count(*) FROM limited)))
+ LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
 RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
@@ -10829,30 +11619,28 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=True limited=True failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -10869,11 +11657,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -10912,6 +11701,12 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -10965,113 +11760,26 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       0
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=True limited=True failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed_rows AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot),
-failed_rows_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "pgqueue_jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-"cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
-cancelled_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-cancelled_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -11088,11 +11796,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -11131,10 +11840,132 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed_rows AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error),
+failed_rows_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "pgqueue_jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+              COALESCE(f.error, j.last_error) AS last_error),
+"cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
+cancelled_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
- WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
+ WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
 WITH RECURSIVE
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
@@ -11176,7 +12007,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
- LIMIT 20 - (SELECT count(*) FROM limited)))
+ LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
 RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
@@ -11187,26 +12018,134 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                 UNION ALL SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed
-                        UNION ALL SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=True limited=True failures=True plain=False limited_max=5)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+bucket AS (
+    SELECT m.limit_key, m.per_second,
+           least(m.burst, m.tokens + m.per_second
+                 * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
+      FROM "pgqueue_jobs_limits" AS m
+     WHERE m.per_second IS NOT NULL
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+             LIMIT 1)
+       FOR UPDATE SKIP LOCKED),
+free AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM (SELECT limit_key, slot FROM "pgqueue_jobs_limit_slots" AS s
+             WHERE job_id IS NULL
+               -- Within the limit, and none taken above it (a lowered
+               -- limit): slots above it are never taken again, only freed,
+               -- so one seen taken from an older snapshot errs on the safe
+               -- side. Every slot taken is then within the limit.
+               AND slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                      WHERE m.limit_key = s.limit_key), 1)
+               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                                WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                                  AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                          WHERE m.limit_key = s.limit_key), 1))
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+                     LIMIT 1)
+               -- A key with a rate: only with a token, in a bucket this claim holds.
+               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                                WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
+                                  AND NOT EXISTS (SELECT FROM bucket AS b
+                                                   WHERE b.limit_key = r.limit_key
+                                                     AND b.tokens >= 1))
+             ORDER BY limit_key, slot
+             LIMIT 5
+             FOR UPDATE SKIP LOCKED) AS s),
+limited AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT f.limit_key, least(count(*), min(floor(b.tokens))::bigint) AS free
+              FROM free AS f LEFT JOIN bucket AS b ON b.limit_key = f.limit_key
+             GROUP BY f.limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN free AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+taken AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET job_id = l.id, attempt = l.attempts + 1, taken_at = now()
+      FROM limited AS l
+     WHERE s.limit_key = l.limit_key AND s.slot = l.slot),
+spent AS (
+    UPDATE "pgqueue_jobs_limits" AS m
+       SET tokens = b.tokens - (SELECT count(*) FROM limited AS l
+                                 WHERE l.limit_key = b.limit_key),
+           refilled_at = now()
+      FROM bucket AS b
+     WHERE m.limit_key = b.limit_key
+    RETURNING b.per_second, m.tokens),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
     RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
 done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
       FROM done AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 done_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -11245,7 +12184,7 @@ failed_rows_freed AS (
       FROM failed_rows AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.claimed
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 failed_rows_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -11274,7 +12213,7 @@ cancelled_freed AS (
       FROM cancelled AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 cancelled_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -11287,80 +12226,10 @@ cancelled_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
-bucket AS (
-    SELECT m.limit_key, m.per_second,
-           least(m.burst, m.tokens + m.per_second
-                 * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
-      FROM "pgqueue_jobs_limits" AS m
-     WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
-                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[]))
-       FOR UPDATE SKIP LOCKED),
-free AS (
-    SELECT s.limit_key, s.slot,
-           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
-      FROM (SELECT limit_key, slot FROM "pgqueue_jobs_limit_slots" AS s
-             WHERE job_id IS NULL
-               -- Within the limit, and none taken above it (a lowered
-               -- limit): slots above it are never taken again, only freed,
-               -- so one seen taken from an older snapshot errs on the safe
-               -- side. Every slot taken is then within the limit.
-               AND slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                      WHERE m.limit_key = s.limit_key), 1)
-               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
-                                WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
-                                  AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                                          WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
-                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[]))
-               -- A key with a rate: only with a token, in a bucket this claim holds.
-               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
-                                WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
-                                  AND NOT EXISTS (SELECT FROM bucket AS b
-                                                   WHERE b.limit_key = r.limit_key
-                                                     AND b.tokens >= 1))
-             ORDER BY limit_key, slot
-             LIMIT 5
-             FOR UPDATE SKIP LOCKED) AS s),
-limited AS (
-    SELECT x.id, x.attempts, f.limit_key, f.slot
-      FROM (SELECT f.limit_key, least(count(*), min(floor(b.tokens))::bigint) AS free
-              FROM free AS f LEFT JOIN bucket AS b ON b.limit_key = f.limit_key
-             GROUP BY f.limit_key) AS k
-     CROSS JOIN LATERAL (
-           SELECT y.id, y.attempts, row_number() OVER () AS n
-             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
-                      AND t.run_at <= now()
-                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
-                    ORDER BY t.priority DESC, t.run_at, t.id
-                    LIMIT k.free
-                    FOR UPDATE SKIP LOCKED) AS y) AS x
-      JOIN free AS f ON f.limit_key = k.limit_key AND f.n = x.n),
-taken AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s
-       SET job_id = l.id, attempt = l.attempts + 1, taken_at = now()
-      FROM limited AS l
-     WHERE s.limit_key = l.limit_key AND s.slot = l.slot),
-spent AS (
-    UPDATE "pgqueue_jobs_limits" AS m
-       SET tokens = b.tokens - (SELECT count(*) FROM limited AS l
-                                 WHERE l.limit_key = b.limit_key),
-           refilled_at = now()
-      FROM bucket AS b
-     WHERE m.limit_key = b.limit_key
-    RETURNING b.per_second, m.tokens),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
- WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
+ WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
 WITH RECURSIVE
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
@@ -11402,7 +12271,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
- LIMIT 20 - (SELECT count(*) FROM limited)))
+ LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
 RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
@@ -11413,100 +12282,32 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                 UNION ALL SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed
-                        UNION ALL SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=True limited=True failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed_rows AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot),
-failed_rows_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "pgqueue_jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-"cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
-cancelled_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-cancelled_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -11523,11 +12324,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -11566,6 +12368,80 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+failed_rows AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error),
+failed_rows_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "pgqueue_jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+              COALESCE(f.error, j.last_error) AS last_error),
+"cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
+cancelled_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -11621,99 +12497,30 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=True limited=True failures=True plain=True limited_max=5)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed_rows AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot),
-failed_rows_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "pgqueue_jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-"cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
-cancelled_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-cancelled_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -11730,11 +12537,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -11773,6 +12581,80 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+failed_rows AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error),
+failed_rows_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "pgqueue_jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+              COALESCE(f.error, j.last_error) AS last_error),
+"cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
+cancelled_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -11828,10 +12710,12 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== migration 1, step 1

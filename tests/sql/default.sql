@@ -8,11 +8,14 @@ bucket AS (
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused))
+                                               WHERE q.queue = t.queue AND q.paused)
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -29,11 +32,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused))
+                                               WHERE q.queue = t.queue AND q.paused)
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -122,106 +126,20 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 
 -- ==== _rendered[('turn', False, False, False, 100, True, 100, True, False)]
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed_rows AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot),
-failed_rows_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "pgqueue_jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-cancelled_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-cancelled_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused))
+                                               WHERE q.queue = t.queue AND q.paused)
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -238,11 +156,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused))
+                                               WHERE q.queue = t.queue AND q.paused)
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -281,10 +200,130 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused)
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed_rows AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error),
+failed_rows_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "pgqueue_jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
+              COALESCE(f.error, j.last_error) AS last_error),
+cancelled_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
- WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
+ WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
 WITH RECURSIVE
 found(queue) AS (
     SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
@@ -328,7 +367,7 @@ picked AS (
             LIMIT 100) AS x
      LIMIT 100)
 SELECT id FROM picked
- LIMIT 100 - (SELECT count(*) FROM limited)))
+ LIMIT greatest(0, 100 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
 RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
@@ -339,11 +378,14 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                 UNION ALL SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed
-                        UNION ALL SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== allocate_ids
@@ -362,7 +404,7 @@ cancelled_freed AS (
       FROM cancelled AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 cancelled_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -387,7 +429,7 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM cancelled),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w)
+            FROM (SELECT FROM (SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w)
 
 -- ==== cancel_requests
 SELECT id FROM "pgqueue_jobs" WHERE id = ANY(%s::bigint[]) AND cancel_requested_at IS NOT NULL
@@ -400,11 +442,14 @@ bucket AS (
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused))
+                                               WHERE q.queue = t.queue AND q.paused)
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -421,11 +466,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused))
+                                               WHERE q.queue = t.queue AND q.paused)
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -523,7 +569,7 @@ done_freed AS (
       FROM done AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 done_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -539,7 +585,7 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w)
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w)
 
 -- ==== copy_in
 COPY "pgqueue_jobs" ("id", "kind", "payload", "run_at", "max_attempts", "queue", "priority", "result_ttl", "limit_key") FROM STDIN
@@ -549,106 +595,20 @@ COPY "pgqueue_jobs" ("id", "kind", "payload", "run_at", "max_attempts", "queue",
 
 -- ==== cycle
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed_rows AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot),
-failed_rows_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "pgqueue_jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-cancelled_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-cancelled_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused))
+                                               WHERE q.queue = t.queue AND q.paused)
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -665,11 +625,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused))
+                                               WHERE q.queue = t.queue AND q.paused)
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -708,10 +669,130 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused)
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed_rows AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error),
+failed_rows_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "pgqueue_jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
+              COALESCE(f.error, j.last_error) AS last_error),
+cancelled_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
- WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
+ WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
 WITH RECURSIVE
 found(queue) AS (
     SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
@@ -755,7 +836,7 @@ picked AS (
             LIMIT 100) AS x
      LIMIT 100)
 SELECT id FROM picked
- LIMIT 100 - (SELECT count(*) FROM limited)))
+ LIMIT greatest(0, 100 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
 RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
@@ -766,11 +847,14 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                 UNION ALL SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed
-                        UNION ALL SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== enqueue
@@ -803,11 +887,14 @@ bucket AS (
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused))
+                                               WHERE q.queue = t.queue AND q.paused)
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -824,11 +911,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused))
+                                               WHERE q.queue = t.queue AND q.paused)
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -1082,7 +1170,7 @@ failed_rows_freed AS (
       FROM failed_rows AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.claimed
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 failed_rows_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -1110,7 +1198,7 @@ cancelled_freed AS (
       FROM cancelled AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 cancelled_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -1129,8 +1217,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM failed),
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w)
+            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w)
 
 -- ==== register_schedule
 INSERT INTO "pgqueue_jobs_schedules" AS s (name, kind, cron, every, tz, payload, queue, priority, overlap,
@@ -1469,11 +1557,14 @@ bucket AS (
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused))
+                                               WHERE q.queue = t.queue AND q.paused)
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -1490,11 +1581,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused))
+                                               WHERE q.queue = t.queue AND q.paused)
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -1637,11 +1729,14 @@ bucket AS (
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[])
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -1658,11 +1753,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[])
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -1800,11 +1896,14 @@ bucket AS (
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[])
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -1821,11 +1920,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[])
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -1958,11 +2058,14 @@ bucket AS (
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -1979,11 +2082,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -2076,7 +2180,7 @@ done_freed AS (
       FROM done AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 done_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -2144,9 +2248,10 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=False limited=False failures=False plain=True limited_max=None)
@@ -2210,7 +2315,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       0
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=False limited=False failures=True plain=False limited_max=None)
@@ -2224,7 +2330,7 @@ done_freed AS (
       FROM done AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 done_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -2263,7 +2369,7 @@ failed_rows_freed AS (
       FROM failed_rows AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.claimed
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 failed_rows_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -2291,7 +2397,7 @@ cancelled_freed AS (
       FROM cancelled AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 cancelled_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -2361,11 +2467,14 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                 UNION ALL SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed
-                        UNION ALL SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=False limited=False failures=True plain=True limited_max=None)
@@ -2401,7 +2510,7 @@ failed_rows_freed AS (
       FROM failed_rows AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.claimed
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 failed_rows_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -2429,7 +2538,7 @@ cancelled_freed AS (
       FROM cancelled AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 cancelled_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -2498,47 +2607,30 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=False limited=True failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused))
+                                               WHERE q.queue = t.queue AND q.paused)
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -2555,11 +2647,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused))
+                                               WHERE q.queue = t.queue AND q.paused)
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -2598,10 +2691,63 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused)
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
- WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
+ WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
 WITH RECURSIVE
 found(queue) AS (
     SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
@@ -2645,7 +2791,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked
- LIMIT 20 - (SELECT count(*) FROM limited)))
+ LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
 RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
@@ -2654,29 +2800,28 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=False limited=True failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused))
+                                               WHERE q.queue = t.queue AND q.paused)
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -2693,11 +2838,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused))
+                                               WHERE q.queue = t.queue AND q.paused)
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -2736,6 +2882,11 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -2791,111 +2942,26 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       0
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=False limited=True failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed_rows AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot),
-failed_rows_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "pgqueue_jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-cancelled_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-cancelled_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused))
+                                               WHERE q.queue = t.queue AND q.paused)
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -2912,11 +2978,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused))
+                                               WHERE q.queue = t.queue AND q.paused)
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -2955,10 +3022,130 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused)
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed_rows AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error),
+failed_rows_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "pgqueue_jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
+              COALESCE(f.error, j.last_error) AS last_error),
+cancelled_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
- WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
+ WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
 WITH RECURSIVE
 found(queue) AS (
     SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
@@ -3002,7 +3189,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked
- LIMIT 20 - (SELECT count(*) FROM limited)))
+ LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
 RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
@@ -3013,98 +3200,32 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                 UNION ALL SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed
-                        UNION ALL SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=False limited=True failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-failed_rows AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot),
-failed_rows_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "pgqueue_jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-cancelled_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-cancelled_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused))
+                                               WHERE q.queue = t.queue AND q.paused)
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -3121,11 +3242,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused))
+                                               WHERE q.queue = t.queue AND q.paused)
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -3164,6 +3286,78 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+failed_rows AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error),
+failed_rows_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "pgqueue_jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
+              COALESCE(f.error, j.last_error) AS last_error),
+cancelled_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -3221,10 +3415,12 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=True limited=False failures=False plain=False limited_max=None)
@@ -3238,7 +3434,7 @@ done_freed AS (
       FROM done AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 done_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -3309,9 +3505,10 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=True limited=False failures=False plain=True limited_max=None)
@@ -3378,7 +3575,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       0
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=True limited=False failures=True plain=False limited_max=None)
@@ -3392,7 +3590,7 @@ done_freed AS (
       FROM done AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 done_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -3431,7 +3629,7 @@ failed_rows_freed AS (
       FROM failed_rows AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.claimed
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 failed_rows_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -3459,7 +3657,7 @@ cancelled_freed AS (
       FROM cancelled AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 cancelled_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -3532,11 +3730,14 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                 UNION ALL SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed
-                        UNION ALL SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=True limited=False failures=True plain=True limited_max=None)
@@ -3572,7 +3773,7 @@ failed_rows_freed AS (
       FROM failed_rows AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.claimed
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 failed_rows_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -3600,7 +3801,7 @@ cancelled_freed AS (
       FROM cancelled AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 cancelled_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -3672,47 +3873,30 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=True limited=True failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused))
+                                               WHERE q.queue = t.queue AND q.paused)
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -3729,11 +3913,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused))
+                                               WHERE q.queue = t.queue AND q.paused)
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -3772,10 +3957,63 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused)
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
- WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
+ WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
 WITH RECURSIVE
 found(queue) AS (
     SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
@@ -3822,7 +4060,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
- LIMIT 20 - (SELECT count(*) FROM limited)))
+ LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
 RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
@@ -3831,29 +4069,28 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=True limited=True failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused))
+                                               WHERE q.queue = t.queue AND q.paused)
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -3870,11 +4107,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused))
+                                               WHERE q.queue = t.queue AND q.paused)
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -3913,6 +4151,11 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -3971,111 +4214,26 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       0
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=True limited=True failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed_rows AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot),
-failed_rows_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "pgqueue_jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-cancelled_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-cancelled_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused))
+                                               WHERE q.queue = t.queue AND q.paused)
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -4092,11 +4250,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused))
+                                               WHERE q.queue = t.queue AND q.paused)
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -4135,10 +4294,130 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused)
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed_rows AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error),
+failed_rows_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "pgqueue_jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
+              COALESCE(f.error, j.last_error) AS last_error),
+cancelled_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
- WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
+ WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
 WITH RECURSIVE
 found(queue) AS (
     SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
@@ -4185,7 +4464,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
- LIMIT 20 - (SELECT count(*) FROM limited)))
+ LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
 RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
@@ -4196,98 +4475,32 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                 UNION ALL SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed
-                        UNION ALL SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=True limited=True failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-failed_rows AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot),
-failed_rows_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "pgqueue_jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-cancelled_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-cancelled_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused))
+                                               WHERE q.queue = t.queue AND q.paused)
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -4304,11 +4517,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused))
+                                               WHERE q.queue = t.queue AND q.paused)
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -4347,6 +4561,78 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+failed_rows AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error),
+failed_rows_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "pgqueue_jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
+              COALESCE(f.error, j.last_error) AS last_error),
+cancelled_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -4407,10 +4693,12 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=False limited=False failures=False plain=False limited_max=None)
@@ -4424,7 +4712,7 @@ done_freed AS (
       FROM done AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 done_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -4492,9 +4780,10 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=False limited=False failures=False plain=True limited_max=None)
@@ -4558,7 +4847,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       0
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=False limited=False failures=True plain=False limited_max=None)
@@ -4572,7 +4862,7 @@ done_freed AS (
       FROM done AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 done_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -4611,7 +4901,7 @@ failed_rows_freed AS (
       FROM failed_rows AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.claimed
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 failed_rows_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -4639,7 +4929,7 @@ cancelled_freed AS (
       FROM cancelled AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 cancelled_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -4709,11 +4999,14 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                 UNION ALL SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed
-                        UNION ALL SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=False limited=False failures=True plain=True limited_max=None)
@@ -4749,7 +5042,7 @@ failed_rows_freed AS (
       FROM failed_rows AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.claimed
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 failed_rows_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -4777,7 +5070,7 @@ cancelled_freed AS (
       FROM cancelled AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 cancelled_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -4846,47 +5139,30 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=False limited=True failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[])
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -4903,11 +5179,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[])
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -4946,10 +5223,63 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[])
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
- WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
+ WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
 WITH RECURSIVE
 found(queue) AS (
     SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
@@ -4993,7 +5323,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked
- LIMIT 20 - (SELECT count(*) FROM limited)))
+ LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
 RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
@@ -5002,29 +5332,28 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=False limited=True failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[])
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -5041,11 +5370,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[])
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -5084,6 +5414,11 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -5139,111 +5474,26 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       0
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=False limited=True failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed_rows AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot),
-failed_rows_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "pgqueue_jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-cancelled_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-cancelled_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[])
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -5260,11 +5510,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[])
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -5303,10 +5554,130 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[])
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed_rows AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error),
+failed_rows_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "pgqueue_jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
+              COALESCE(f.error, j.last_error) AS last_error),
+cancelled_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
- WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
+ WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
 WITH RECURSIVE
 found(queue) AS (
     SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
@@ -5350,7 +5721,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked
- LIMIT 20 - (SELECT count(*) FROM limited)))
+ LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
 RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
@@ -5361,98 +5732,32 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                 UNION ALL SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed
-                        UNION ALL SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=False limited=True failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-failed_rows AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot),
-failed_rows_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "pgqueue_jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-cancelled_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-cancelled_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[])
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -5469,11 +5774,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[])
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -5512,6 +5818,78 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+failed_rows AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error),
+failed_rows_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "pgqueue_jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
+              COALESCE(f.error, j.last_error) AS last_error),
+cancelled_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -5569,10 +5947,12 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=True limited=False failures=False plain=False limited_max=None)
@@ -5586,7 +5966,7 @@ done_freed AS (
       FROM done AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 done_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -5657,9 +6037,10 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=True limited=False failures=False plain=True limited_max=None)
@@ -5726,7 +6107,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       0
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=True limited=False failures=True plain=False limited_max=None)
@@ -5740,7 +6122,7 @@ done_freed AS (
       FROM done AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 done_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -5779,7 +6161,7 @@ failed_rows_freed AS (
       FROM failed_rows AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.claimed
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 failed_rows_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -5807,7 +6189,7 @@ cancelled_freed AS (
       FROM cancelled AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 cancelled_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -5880,11 +6262,14 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                 UNION ALL SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed
-                        UNION ALL SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=True limited=False failures=True plain=True limited_max=None)
@@ -5920,7 +6305,7 @@ failed_rows_freed AS (
       FROM failed_rows AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.claimed
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 failed_rows_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -5948,7 +6333,7 @@ cancelled_freed AS (
       FROM cancelled AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 cancelled_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -6020,47 +6405,30 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=True limited=True failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[])
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -6077,11 +6445,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[])
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -6120,10 +6489,63 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[])
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
- WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
+ WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
 WITH RECURSIVE
 found(queue) AS (
     SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
@@ -6170,7 +6592,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
- LIMIT 20 - (SELECT count(*) FROM limited)))
+ LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
 RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
@@ -6179,29 +6601,28 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=True limited=True failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[])
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -6218,11 +6639,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[])
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -6261,6 +6683,11 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -6319,111 +6746,26 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       0
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=True limited=True failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed_rows AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot),
-failed_rows_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "pgqueue_jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-cancelled_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-cancelled_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[])
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -6440,11 +6782,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[])
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -6483,10 +6826,130 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[])
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed_rows AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error),
+failed_rows_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "pgqueue_jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
+              COALESCE(f.error, j.last_error) AS last_error),
+cancelled_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
- WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
+ WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
 WITH RECURSIVE
 found(queue) AS (
     SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
@@ -6533,7 +6996,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
- LIMIT 20 - (SELECT count(*) FROM limited)))
+ LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
 RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
@@ -6544,98 +7007,32 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                 UNION ALL SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed
-                        UNION ALL SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=True limited=True failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-failed_rows AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot),
-failed_rows_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "pgqueue_jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-cancelled_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-cancelled_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[])
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -6652,11 +7049,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[])
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -6695,6 +7093,78 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+failed_rows AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error),
+failed_rows_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "pgqueue_jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
+              COALESCE(f.error, j.last_error) AS last_error),
+cancelled_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -6755,10 +7225,12 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=False limited=False failures=False plain=False limited_max=None)
@@ -6772,7 +7244,7 @@ done_freed AS (
       FROM done AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 done_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -6835,9 +7307,10 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=False limited=False failures=False plain=True limited_max=None)
@@ -6896,7 +7369,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       0
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=False limited=False failures=True plain=False limited_max=None)
@@ -6910,7 +7384,7 @@ done_freed AS (
       FROM done AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 done_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -6949,7 +7423,7 @@ failed_rows_freed AS (
       FROM failed_rows AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.claimed
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 failed_rows_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -6977,7 +7451,7 @@ cancelled_freed AS (
       FROM cancelled AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 cancelled_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -7042,11 +7516,14 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                 UNION ALL SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed
-                        UNION ALL SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=False limited=False failures=True plain=True limited_max=None)
@@ -7082,7 +7559,7 @@ failed_rows_freed AS (
       FROM failed_rows AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.claimed
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 failed_rows_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -7110,7 +7587,7 @@ cancelled_freed AS (
       FROM cancelled AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 cancelled_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -7174,47 +7651,30 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=False limited=True failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[])
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -7231,11 +7691,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[])
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -7274,10 +7735,63 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[])
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
- WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
+ WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
 WITH RECURSIVE
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
@@ -7316,7 +7830,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked
- LIMIT 20 - (SELECT count(*) FROM limited)))
+ LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
 RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
@@ -7325,29 +7839,28 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=False limited=True failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[])
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -7364,11 +7877,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[])
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -7407,6 +7921,11 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -7457,21 +7976,127 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       0
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=False limited=True failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+bucket AS (
+    SELECT m.limit_key, m.per_second,
+           least(m.burst, m.tokens + m.per_second
+                 * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
+      FROM "pgqueue_jobs_limits" AS m
+     WHERE m.per_second IS NOT NULL
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[])
+             LIMIT 1)
+       FOR UPDATE SKIP LOCKED),
+free AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM (SELECT limit_key, slot FROM "pgqueue_jobs_limit_slots" AS s
+             WHERE job_id IS NULL
+               -- Within the limit, and none taken above it (a lowered
+               -- limit): slots above it are never taken again, only freed,
+               -- so one seen taken from an older snapshot errs on the safe
+               -- side. Every slot taken is then within the limit.
+               AND slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                      WHERE m.limit_key = s.limit_key), 1)
+               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                                WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                                  AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                          WHERE m.limit_key = s.limit_key), 1))
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[])
+                     LIMIT 1)
+               -- A key with a rate: only with a token, in a bucket this claim holds.
+               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                                WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
+                                  AND NOT EXISTS (SELECT FROM bucket AS b
+                                                   WHERE b.limit_key = r.limit_key
+                                                     AND b.tokens >= 1))
+             ORDER BY limit_key, slot
+             LIMIT 20
+             FOR UPDATE SKIP LOCKED) AS s),
+limited AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT f.limit_key, least(count(*), min(floor(b.tokens))::bigint) AS free
+              FROM free AS f LEFT JOIN bucket AS b ON b.limit_key = f.limit_key
+             GROUP BY f.limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[])
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN free AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+taken AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET job_id = l.id, attempt = l.attempts + 1, taken_at = now()
+      FROM limited AS l
+     WHERE s.limit_key = l.limit_key AND s.slot = l.slot),
+spent AS (
+    UPDATE "pgqueue_jobs_limits" AS m
+       SET tokens = b.tokens - (SELECT count(*) FROM limited AS l
+                                 WHERE l.limit_key = b.limit_key),
+           refilled_at = now()
+      FROM bucket AS b
+     WHERE m.limit_key = b.limit_key
+    RETURNING b.per_second, m.tokens),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
     RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[])
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
 done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
       FROM done AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 done_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -7510,7 +8135,7 @@ failed_rows_freed AS (
       FROM failed_rows AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.claimed
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 failed_rows_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -7538,7 +8163,7 @@ cancelled_freed AS (
       FROM cancelled AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 cancelled_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -7551,80 +8176,10 @@ cancelled_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
-bucket AS (
-    SELECT m.limit_key, m.per_second,
-           least(m.burst, m.tokens + m.per_second
-                 * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
-      FROM "pgqueue_jobs_limits" AS m
-     WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
-                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]))
-       FOR UPDATE SKIP LOCKED),
-free AS (
-    SELECT s.limit_key, s.slot,
-           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
-      FROM (SELECT limit_key, slot FROM "pgqueue_jobs_limit_slots" AS s
-             WHERE job_id IS NULL
-               -- Within the limit, and none taken above it (a lowered
-               -- limit): slots above it are never taken again, only freed,
-               -- so one seen taken from an older snapshot errs on the safe
-               -- side. Every slot taken is then within the limit.
-               AND slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                      WHERE m.limit_key = s.limit_key), 1)
-               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
-                                WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
-                                  AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                                          WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
-                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]))
-               -- A key with a rate: only with a token, in a bucket this claim holds.
-               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
-                                WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
-                                  AND NOT EXISTS (SELECT FROM bucket AS b
-                                                   WHERE b.limit_key = r.limit_key
-                                                     AND b.tokens >= 1))
-             ORDER BY limit_key, slot
-             LIMIT 20
-             FOR UPDATE SKIP LOCKED) AS s),
-limited AS (
-    SELECT x.id, x.attempts, f.limit_key, f.slot
-      FROM (SELECT f.limit_key, least(count(*), min(floor(b.tokens))::bigint) AS free
-              FROM free AS f LEFT JOIN bucket AS b ON b.limit_key = f.limit_key
-             GROUP BY f.limit_key) AS k
-     CROSS JOIN LATERAL (
-           SELECT y.id, y.attempts, row_number() OVER () AS n
-             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
-                      AND t.run_at <= now()
-                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[])
-                    ORDER BY t.priority DESC, t.run_at, t.id
-                    LIMIT k.free
-                    FOR UPDATE SKIP LOCKED) AS y) AS x
-      JOIN free AS f ON f.limit_key = k.limit_key AND f.n = x.n),
-taken AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s
-       SET job_id = l.id, attempt = l.attempts + 1, taken_at = now()
-      FROM limited AS l
-     WHERE s.limit_key = l.limit_key AND s.slot = l.slot),
-spent AS (
-    UPDATE "pgqueue_jobs_limits" AS m
-       SET tokens = b.tokens - (SELECT count(*) FROM limited AS l
-                                 WHERE l.limit_key = b.limit_key),
-           refilled_at = now()
-      FROM bucket AS b
-     WHERE m.limit_key = b.limit_key
-    RETURNING b.per_second, m.tokens),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
- WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
+ WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
 WITH RECURSIVE
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
@@ -7663,7 +8218,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked
- LIMIT 20 - (SELECT count(*) FROM limited)))
+ LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
 RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
@@ -7674,98 +8229,32 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                 UNION ALL SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed
-                        UNION ALL SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=False limited=True failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-failed_rows AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot),
-failed_rows_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "pgqueue_jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-cancelled_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-cancelled_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[])
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -7782,11 +8271,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[])
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -7825,6 +8315,78 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+failed_rows AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error),
+failed_rows_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "pgqueue_jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
+              COALESCE(f.error, j.last_error) AS last_error),
+cancelled_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -7877,10 +8439,12 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=True limited=False failures=False plain=False limited_max=None)
@@ -7894,7 +8458,7 @@ done_freed AS (
       FROM done AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 done_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -7960,9 +8524,10 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=True limited=False failures=False plain=True limited_max=None)
@@ -8024,7 +8589,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       0
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=True limited=False failures=True plain=False limited_max=None)
@@ -8038,7 +8604,7 @@ done_freed AS (
       FROM done AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 done_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -8077,7 +8643,7 @@ failed_rows_freed AS (
       FROM failed_rows AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.claimed
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 failed_rows_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -8105,7 +8671,7 @@ cancelled_freed AS (
       FROM cancelled AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 cancelled_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -8173,11 +8739,14 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                 UNION ALL SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed
-                        UNION ALL SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=True limited=False failures=True plain=True limited_max=None)
@@ -8213,7 +8782,7 @@ failed_rows_freed AS (
       FROM failed_rows AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.claimed
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 failed_rows_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -8241,7 +8810,7 @@ cancelled_freed AS (
       FROM cancelled AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 cancelled_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -8308,47 +8877,30 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=True limited=True failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[])
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -8365,11 +8917,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[])
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -8408,10 +8961,63 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[])
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
- WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
+ WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
 WITH RECURSIVE
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
@@ -8453,7 +9059,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
- LIMIT 20 - (SELECT count(*) FROM limited)))
+ LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
 RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
@@ -8462,29 +9068,28 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=True limited=True failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[])
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -8501,11 +9106,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[])
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -8544,6 +9150,11 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -8597,111 +9208,26 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       0
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=True limited=True failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed_rows AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot),
-failed_rows_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "pgqueue_jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-cancelled_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-cancelled_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[])
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -8718,11 +9244,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[])
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -8761,10 +9288,130 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[])
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed_rows AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error),
+failed_rows_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "pgqueue_jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
+              COALESCE(f.error, j.last_error) AS last_error),
+cancelled_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
- WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
+ WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
 WITH RECURSIVE
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
@@ -8806,7 +9453,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
- LIMIT 20 - (SELECT count(*) FROM limited)))
+ LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
 RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
@@ -8817,98 +9464,32 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                 UNION ALL SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed
-                        UNION ALL SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=True limited=True failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-failed_rows AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot),
-failed_rows_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "pgqueue_jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-cancelled_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-cancelled_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[])
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -8925,11 +9506,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[])
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -8968,6 +9550,78 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+failed_rows AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error),
+failed_rows_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "pgqueue_jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
+              COALESCE(f.error, j.last_error) AS last_error),
+cancelled_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -9023,10 +9677,12 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=False limited=False failures=False plain=False limited_max=None)
@@ -9040,7 +9696,7 @@ done_freed AS (
       FROM done AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 done_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -9103,9 +9759,10 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=False limited=False failures=False plain=True limited_max=None)
@@ -9164,7 +9821,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       0
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=False limited=False failures=True plain=False limited_max=None)
@@ -9178,7 +9836,7 @@ done_freed AS (
       FROM done AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 done_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -9217,7 +9875,7 @@ failed_rows_freed AS (
       FROM failed_rows AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.claimed
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 failed_rows_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -9245,7 +9903,7 @@ cancelled_freed AS (
       FROM cancelled AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 cancelled_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -9310,11 +9968,14 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                 UNION ALL SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed
-                        UNION ALL SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=False limited=False failures=True plain=True limited_max=None)
@@ -9350,7 +10011,7 @@ failed_rows_freed AS (
       FROM failed_rows AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.claimed
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 failed_rows_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -9378,7 +10039,7 @@ cancelled_freed AS (
       FROM cancelled AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 cancelled_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -9442,47 +10103,30 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=False limited=True failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -9499,11 +10143,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -9542,10 +10187,63 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
- WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
+ WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
 WITH RECURSIVE
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
@@ -9584,7 +10282,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked
- LIMIT 20 - (SELECT count(*) FROM limited)))
+ LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
 RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
@@ -9593,29 +10291,28 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=False limited=True failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -9632,11 +10329,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -9675,6 +10373,11 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -9725,21 +10428,127 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       0
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=False limited=True failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+bucket AS (
+    SELECT m.limit_key, m.per_second,
+           least(m.burst, m.tokens + m.per_second
+                 * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
+      FROM "pgqueue_jobs_limits" AS m
+     WHERE m.per_second IS NOT NULL
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+             LIMIT 1)
+       FOR UPDATE SKIP LOCKED),
+free AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM (SELECT limit_key, slot FROM "pgqueue_jobs_limit_slots" AS s
+             WHERE job_id IS NULL
+               -- Within the limit, and none taken above it (a lowered
+               -- limit): slots above it are never taken again, only freed,
+               -- so one seen taken from an older snapshot errs on the safe
+               -- side. Every slot taken is then within the limit.
+               AND slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                      WHERE m.limit_key = s.limit_key), 1)
+               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                                WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                                  AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                          WHERE m.limit_key = s.limit_key), 1))
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+                     LIMIT 1)
+               -- A key with a rate: only with a token, in a bucket this claim holds.
+               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                                WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
+                                  AND NOT EXISTS (SELECT FROM bucket AS b
+                                                   WHERE b.limit_key = r.limit_key
+                                                     AND b.tokens >= 1))
+             ORDER BY limit_key, slot
+             LIMIT 20
+             FOR UPDATE SKIP LOCKED) AS s),
+limited AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT f.limit_key, least(count(*), min(floor(b.tokens))::bigint) AS free
+              FROM free AS f LEFT JOIN bucket AS b ON b.limit_key = f.limit_key
+             GROUP BY f.limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN free AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+taken AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET job_id = l.id, attempt = l.attempts + 1, taken_at = now()
+      FROM limited AS l
+     WHERE s.limit_key = l.limit_key AND s.slot = l.slot),
+spent AS (
+    UPDATE "pgqueue_jobs_limits" AS m
+       SET tokens = b.tokens - (SELECT count(*) FROM limited AS l
+                                 WHERE l.limit_key = b.limit_key),
+           refilled_at = now()
+      FROM bucket AS b
+     WHERE m.limit_key = b.limit_key
+    RETURNING b.per_second, m.tokens),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
     RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
 done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
       FROM done AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 done_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -9778,7 +10587,7 @@ failed_rows_freed AS (
       FROM failed_rows AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.claimed
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 failed_rows_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -9806,7 +10615,7 @@ cancelled_freed AS (
       FROM cancelled AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 cancelled_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -9819,80 +10628,10 @@ cancelled_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
-bucket AS (
-    SELECT m.limit_key, m.per_second,
-           least(m.burst, m.tokens + m.per_second
-                 * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
-      FROM "pgqueue_jobs_limits" AS m
-     WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
-                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[]))
-       FOR UPDATE SKIP LOCKED),
-free AS (
-    SELECT s.limit_key, s.slot,
-           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
-      FROM (SELECT limit_key, slot FROM "pgqueue_jobs_limit_slots" AS s
-             WHERE job_id IS NULL
-               -- Within the limit, and none taken above it (a lowered
-               -- limit): slots above it are never taken again, only freed,
-               -- so one seen taken from an older snapshot errs on the safe
-               -- side. Every slot taken is then within the limit.
-               AND slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                      WHERE m.limit_key = s.limit_key), 1)
-               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
-                                WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
-                                  AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                                          WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
-                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[]))
-               -- A key with a rate: only with a token, in a bucket this claim holds.
-               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
-                                WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
-                                  AND NOT EXISTS (SELECT FROM bucket AS b
-                                                   WHERE b.limit_key = r.limit_key
-                                                     AND b.tokens >= 1))
-             ORDER BY limit_key, slot
-             LIMIT 20
-             FOR UPDATE SKIP LOCKED) AS s),
-limited AS (
-    SELECT x.id, x.attempts, f.limit_key, f.slot
-      FROM (SELECT f.limit_key, least(count(*), min(floor(b.tokens))::bigint) AS free
-              FROM free AS f LEFT JOIN bucket AS b ON b.limit_key = f.limit_key
-             GROUP BY f.limit_key) AS k
-     CROSS JOIN LATERAL (
-           SELECT y.id, y.attempts, row_number() OVER () AS n
-             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
-                      AND t.run_at <= now()
-                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
-                    ORDER BY t.priority DESC, t.run_at, t.id
-                    LIMIT k.free
-                    FOR UPDATE SKIP LOCKED) AS y) AS x
-      JOIN free AS f ON f.limit_key = k.limit_key AND f.n = x.n),
-taken AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s
-       SET job_id = l.id, attempt = l.attempts + 1, taken_at = now()
-      FROM limited AS l
-     WHERE s.limit_key = l.limit_key AND s.slot = l.slot),
-spent AS (
-    UPDATE "pgqueue_jobs_limits" AS m
-       SET tokens = b.tokens - (SELECT count(*) FROM limited AS l
-                                 WHERE l.limit_key = b.limit_key),
-           refilled_at = now()
-      FROM bucket AS b
-     WHERE m.limit_key = b.limit_key
-    RETURNING b.per_second, m.tokens),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
- WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
+ WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
 WITH RECURSIVE
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
@@ -9931,7 +10670,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked
- LIMIT 20 - (SELECT count(*) FROM limited)))
+ LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
 RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
@@ -9942,98 +10681,32 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                 UNION ALL SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed
-                        UNION ALL SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=False limited=True failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-failed_rows AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot),
-failed_rows_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "pgqueue_jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-cancelled_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-cancelled_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -10050,11 +10723,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -10093,6 +10767,78 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+failed_rows AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error),
+failed_rows_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "pgqueue_jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
+              COALESCE(f.error, j.last_error) AS last_error),
+cancelled_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -10145,10 +10891,12 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=True limited=False failures=False plain=False limited_max=None)
@@ -10162,7 +10910,7 @@ done_freed AS (
       FROM done AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 done_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -10228,9 +10976,10 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=True limited=False failures=False plain=True limited_max=None)
@@ -10292,7 +11041,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       0
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=True limited=False failures=True plain=False limited_max=None)
@@ -10306,7 +11056,7 @@ done_freed AS (
       FROM done AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 done_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -10345,7 +11095,7 @@ failed_rows_freed AS (
       FROM failed_rows AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.claimed
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 failed_rows_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -10373,7 +11123,7 @@ cancelled_freed AS (
       FROM cancelled AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 cancelled_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -10441,11 +11191,14 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                 UNION ALL SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed
-                        UNION ALL SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=True limited=False failures=True plain=True limited_max=None)
@@ -10481,7 +11234,7 @@ failed_rows_freed AS (
       FROM failed_rows AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.claimed
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 failed_rows_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -10509,7 +11262,7 @@ cancelled_freed AS (
       FROM cancelled AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 cancelled_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -10576,47 +11329,30 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=True limited=True failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -10633,11 +11369,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -10676,10 +11413,63 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
- WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
+ WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
 WITH RECURSIVE
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
@@ -10721,7 +11511,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
- LIMIT 20 - (SELECT count(*) FROM limited)))
+ LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
 RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
@@ -10730,29 +11520,28 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=True limited=True failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -10769,11 +11558,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -10812,6 +11602,11 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -10865,111 +11660,26 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       0
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=True limited=True failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed_rows AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot),
-failed_rows_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "pgqueue_jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-cancelled_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-cancelled_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -10986,11 +11696,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -11029,10 +11740,130 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed_rows AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error),
+failed_rows_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "pgqueue_jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
+              COALESCE(f.error, j.last_error) AS last_error),
+cancelled_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
- WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
+ WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
 WITH RECURSIVE
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
@@ -11074,7 +11905,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
- LIMIT 20 - (SELECT count(*) FROM limited)))
+ LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
 RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
@@ -11085,25 +11916,133 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                 UNION ALL SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed
-                        UNION ALL SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=True limited=True failures=True plain=False limited_max=5)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+bucket AS (
+    SELECT m.limit_key, m.per_second,
+           least(m.burst, m.tokens + m.per_second
+                 * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
+      FROM "pgqueue_jobs_limits" AS m
+     WHERE m.per_second IS NOT NULL
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+             LIMIT 1)
+       FOR UPDATE SKIP LOCKED),
+free AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM (SELECT limit_key, slot FROM "pgqueue_jobs_limit_slots" AS s
+             WHERE job_id IS NULL
+               -- Within the limit, and none taken above it (a lowered
+               -- limit): slots above it are never taken again, only freed,
+               -- so one seen taken from an older snapshot errs on the safe
+               -- side. Every slot taken is then within the limit.
+               AND slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                      WHERE m.limit_key = s.limit_key), 1)
+               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                                WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                                  AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                          WHERE m.limit_key = s.limit_key), 1))
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+                     LIMIT 1)
+               -- A key with a rate: only with a token, in a bucket this claim holds.
+               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                                WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
+                                  AND NOT EXISTS (SELECT FROM bucket AS b
+                                                   WHERE b.limit_key = r.limit_key
+                                                     AND b.tokens >= 1))
+             ORDER BY limit_key, slot
+             LIMIT 5
+             FOR UPDATE SKIP LOCKED) AS s),
+limited AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT f.limit_key, least(count(*), min(floor(b.tokens))::bigint) AS free
+              FROM free AS f LEFT JOIN bucket AS b ON b.limit_key = f.limit_key
+             GROUP BY f.limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN free AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+taken AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET job_id = l.id, attempt = l.attempts + 1, taken_at = now()
+      FROM limited AS l
+     WHERE s.limit_key = l.limit_key AND s.slot = l.slot),
+spent AS (
+    UPDATE "pgqueue_jobs_limits" AS m
+       SET tokens = b.tokens - (SELECT count(*) FROM limited AS l
+                                 WHERE l.limit_key = b.limit_key),
+           refilled_at = now()
+      FROM bucket AS b
+     WHERE m.limit_key = b.limit_key
+    RETURNING b.per_second, m.tokens),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
     RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
 done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
       FROM done AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 done_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -11142,7 +12081,7 @@ failed_rows_freed AS (
       FROM failed_rows AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.claimed
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 failed_rows_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -11170,7 +12109,7 @@ cancelled_freed AS (
       FROM cancelled AS d
      WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
        AND s.attempt = d.attempts
-    RETURNING s.slot),
+    RETURNING s.slot, s.job_id),
 cancelled_results AS (
     INSERT INTO "pgqueue_jobs_results" AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -11183,80 +12122,10 @@ cancelled_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
-bucket AS (
-    SELECT m.limit_key, m.per_second,
-           least(m.burst, m.tokens + m.per_second
-                 * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
-      FROM "pgqueue_jobs_limits" AS m
-     WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
-                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[]))
-       FOR UPDATE SKIP LOCKED),
-free AS (
-    SELECT s.limit_key, s.slot,
-           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
-      FROM (SELECT limit_key, slot FROM "pgqueue_jobs_limit_slots" AS s
-             WHERE job_id IS NULL
-               -- Within the limit, and none taken above it (a lowered
-               -- limit): slots above it are never taken again, only freed,
-               -- so one seen taken from an older snapshot errs on the safe
-               -- side. Every slot taken is then within the limit.
-               AND slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                      WHERE m.limit_key = s.limit_key), 1)
-               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
-                                WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
-                                  AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                                          WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
-                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[]))
-               -- A key with a rate: only with a token, in a bucket this claim holds.
-               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
-                                WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
-                                  AND NOT EXISTS (SELECT FROM bucket AS b
-                                                   WHERE b.limit_key = r.limit_key
-                                                     AND b.tokens >= 1))
-             ORDER BY limit_key, slot
-             LIMIT 5
-             FOR UPDATE SKIP LOCKED) AS s),
-limited AS (
-    SELECT x.id, x.attempts, f.limit_key, f.slot
-      FROM (SELECT f.limit_key, least(count(*), min(floor(b.tokens))::bigint) AS free
-              FROM free AS f LEFT JOIN bucket AS b ON b.limit_key = f.limit_key
-             GROUP BY f.limit_key) AS k
-     CROSS JOIN LATERAL (
-           SELECT y.id, y.attempts, row_number() OVER () AS n
-             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
-                      AND t.run_at <= now()
-                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
-                    ORDER BY t.priority DESC, t.run_at, t.id
-                    LIMIT k.free
-                    FOR UPDATE SKIP LOCKED) AS y) AS x
-      JOIN free AS f ON f.limit_key = k.limit_key AND f.n = x.n),
-taken AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s
-       SET job_id = l.id, attempt = l.attempts + 1, taken_at = now()
-      FROM limited AS l
-     WHERE s.limit_key = l.limit_key AND s.slot = l.slot),
-spent AS (
-    UPDATE "pgqueue_jobs_limits" AS m
-       SET tokens = b.tokens - (SELECT count(*) FROM limited AS l
-                                 WHERE l.limit_key = b.limit_key),
-           refilled_at = now()
-      FROM bucket AS b
-     WHERE m.limit_key = b.limit_key
-    RETURNING b.per_second, m.tokens),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
- WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
+ WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
 WITH RECURSIVE
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
@@ -11298,7 +12167,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
- LIMIT 20 - (SELECT count(*) FROM limited)))
+ LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
 RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
@@ -11309,98 +12178,32 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                 UNION ALL SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed
-                        UNION ALL SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=True limited=True failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-failed_rows AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot),
-failed_rows_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "pgqueue_jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-cancelled_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-cancelled_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -11417,11 +12220,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -11460,6 +12264,78 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+failed_rows AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error),
+failed_rows_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "pgqueue_jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
+              COALESCE(f.error, j.last_error) AS last_error),
+cancelled_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -11515,97 +12391,30 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=True limited=True failures=True plain=True limited_max=5)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-failed_rows AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot),
-failed_rows_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "pgqueue_jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-cancelled_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot),
-cancelled_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM "pgqueue_jobs_limits" AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now()
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -11622,11 +12431,12 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM "pgqueue_jobs" AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now()
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
                               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[]))
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -11665,6 +12475,78 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+failed_rows AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error),
+failed_rows_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "pgqueue_jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
+              COALESCE(f.error, j.last_error) AS last_error),
+cancelled_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -11720,10 +12602,12 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
-                        UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
+            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
   FROM relax
 
 -- ==== migration 1, step 1

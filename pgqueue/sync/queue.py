@@ -121,12 +121,31 @@ class Queue:
 
         The numbered migrations of `pgqueue.core.migrations` that the table
         lacks are applied in one transaction, one installer at a time
-        (an advisory lock), and recorded in ``pgqueue_schema``. A table
+        (an advisory lock), and recorded in ``pgqueue_schema``. They only
+        expand the schema: what the previous release still uses stays until
+        `contract`. A table
         built by hand with the same columns is adopted in place. Raises
         `pgqueue.SchemaTooNew` if the database is ahead of this library and
         `pgqueue.IncompatibleTable` if a table of that name is not a queue's.
         """
         return self._driver.run(self.core.install())
+
+    def contract(self) -> list[int]:
+        """Drop what the releases before this one used and it does not; return the
+        migrations whose contract step ran (often none).
+
+        Call it (or ``pgqueue migrate --contract``) once every process that
+        uses the table runs this release: `install` only expands the schema,
+        keeping what an older release's workers still read (an index their
+        claim uses) while a deploy rolls out. It applies the missing
+        migrations first, then every pending contract step, in one
+        transaction. See docs/migrations.md, "Rolling deploys".
+        """
+        return self._driver.run(self.core.contract())
+
+    def pending_contract(self) -> dict[int, str]:
+        """The contract steps `contract` would run: what each drops, by migration."""
+        return self._driver.run(self.core.pending_contract())
 
     def schema_version(self) -> int | None:
         """The schema version recorded for the table; None if it was never installed."""

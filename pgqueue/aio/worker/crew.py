@@ -85,10 +85,11 @@ class Crew:
             queue, self.calls, self.ledger, self.reporter, progress, worker=name
         )
         self.runners = Runners(settings, handlers, self.ledger, self.completer, demand,
-                               timed=bool(listeners), table=queue.table)  # fmt: skip
+                               table=queue.table)  # fmt: skip
         self.fetcher = Fetcher(settings, queue, self.calls, self.ledger, self.completer,
                                self.runners, self.reporter, demand, progress)  # fmt: skip
         self.completer.slot_freed = self.fetcher.slot_freed
+        self.completer.ran = self.fetcher.pace.ran
         self.reaper = Reaper(settings, queue, self.calls, self.reporter, self.fetcher)
         # Cancel requests reach the runners from the table only: a control
         # notification makes the lease keeper look (every second while

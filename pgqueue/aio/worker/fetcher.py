@@ -30,7 +30,7 @@ import psycopg.errors
 
 from ...core.jobs import Job
 from ...core.ledger import Ledger, Phase
-from ...core.worker import RETRY_BACKOFF, Outcome, WorkerSettings, describe_jobs
+from ...core.worker import RETRY_BACKOFF, Outcome, Pace, WorkerSettings, describe_jobs
 from .calls import DATABASE_ERRORS, Calls, Shields, WorkerQueue
 from .completer import Completer
 from .flags import Broadcast, Wakeup
@@ -66,6 +66,9 @@ class Fetcher:
     # for it, so that LISTEN never takes the connection a claim needs first.
     reached: anyio.Event = field(default_factory=anyio.Event)
     _in_flight: int = field(default=0, init=False)
+    _coming: int = field(default=0, init=False)  # the most jobs the claims in flight may bring
+    # How many jobs to hold: the completer reports run times (`Pace.ran`).
+    pace: Pace = field(init=False)
     _starved: bool = field(default=False, init=False)  # the runners ran dry waiting last time
     _alone: bool = field(default=False, init=False)  # an orphan is held or running
     # An outcome that frees a limit's slot waits to be written, or was just
@@ -86,6 +89,7 @@ class Fetcher:
 
     def __post_init__(self) -> None:
         self._limit = self.settings.batch_size
+        self.pace = Pace(self.settings.concurrency, self.settings.batch_size)
         # A worker (re)started after a crash looks at once: the orphans may be its own.
         self._next_orphan_look = anyio.current_time()
 
@@ -118,33 +122,43 @@ class Fetcher:
                     else:
                         token_in = self._token_at - anyio.current_time()
                         await self.wakeup.wait_for(min(self.settings.poll_interval, token_in))
-                elif self._may_claim():
+                elif size := self._claim_size():
                     if not await self._orphans_first():
                         self._in_flight += 1
+                        self._coming += size
                         self._slot_freed = False  # this claim carries it, or sees it
-                        claims.start_soon(self._claim)
+                        claims.start_soon(self._claim, size)
                 else:
                     await self.demand.wait()
 
-    def _may_claim(self) -> bool:
-        """Whether to send a claim now: when the jobs left unstarted plus those
-        on their way are down to the low-water mark (a batch more when the
-        runners ran dry waiting last time)."""
+    def _claim_size(self) -> int:
+        """How many jobs to claim now (0: no claim yet). Enough for a runner
+        of each free one, and the jobs the runners will finish before the
+        next claim lands (`Pace.ahead`; twice that when the runners ran dry
+        waiting last time), counting those claimed and on their way:
+        claimed once a runner is free, or, for handlers quicker than a claim,
+        once what is held is down by half a batch. A limited job's outcome
+        is written, and its slot's next job claimed, at once."""
         if self._alone or self._in_flight >= MAX_CLAIMS_IN_FLIGHT:
-            return False
+            return 0
         if self._slot_freed and self.ledger.unstarted < self.settings.concurrency:
-            return True
+            return self._limit
         if self._in_flight and not self._starved:
-            return False  # a second claim only beside runners that ran dry
-        batch = self._limit
-        target = self.runners.low_water + (
-            batch * (MAX_CLAIMS_IN_FLIGHT - 1) if self._starved else 0
-        )
-        return self.ledger.unstarted + self._in_flight * batch <= target
+            return 0  # a second claim only beside runners that ran dry
+        ahead = self.pace.ahead()
+        if self._starved:  # (handlers slower than a claim wait for a free runner)
+            ahead += min(ahead, self._limit)
+        held = self.ledger.count(Phase.CLAIMED, Phase.RUNNING) + self._coming
+        wanted = self.settings.concurrency + ahead - held
+        if wanted < max(1, min(ahead, self._limit) // 2):
+            return 0
+        # Quick handlers: whole batches, as many as a claim may bring.
+        return self._limit if ahead >= self._limit else min(wanted, self._limit)
 
-    async def _claim(self) -> None:
-        """One claim (``_in_flight`` counted by the caller): hand out what it
-        found, or tell the loop that it found nothing."""
+    async def _claim(self, size: int) -> None:
+        """One claim of ``size`` jobs (``_in_flight`` and ``_coming`` counted by
+        the caller): hand out what it found, or tell the loop that it found
+        nothing."""
         quiet = not self.ledger.busy() and self._in_flight == 1
         jobs: list[Job] = []  # unless the claim returns before a stop gives up on it
         carried = 0
@@ -152,9 +166,10 @@ class Fetcher:
         try:
             # Shielded: a claim that committed is never dropped on the floor
             # (unless a stop finds it still waiting after the grace period).
+            sent = anyio.current_time()
             with self.shields.shielded():
                 jobs, carried, token_in = await self.completer.cycle(
-                    self._limit,
+                    size,
                     self.settings.kinds,
                     self.settings.queues,
                     self.settings.claim_bytes,
@@ -163,13 +178,14 @@ class Fetcher:
                     self.settings.concurrency,
                 )
         except DATABASE_ERRORS as exc:
-            if isinstance(exc, psycopg.errors.QueryCanceled) and self._smaller_claims():
+            if isinstance(exc, psycopg.errors.QueryCanceled) and self._smaller_claims(size):
                 self._errors = 0  # a smaller claim is a new try, not a repeat
             # Still counted in flight while it backs off: no other claim meanwhile.
             await self._pause("claim", exc)
-            self._landed()
+            self._landed(size)
             return
-        self._landed()
+        self.pace.claimed(anyio.current_time() - sent)
+        self._landed(size, counted=True)
         self._errors = 0
         self.reached.set()
         self._token_at = float("inf") if token_in is None else anyio.current_time() + token_in
@@ -178,7 +194,7 @@ class Fetcher:
             # batch was cut by its payloads' size): no claim earlier next
             # time, and none at the low-water mark until there is news (a
             # notification, a slot freed, the poll), as after an empty one.
-            short = len(jobs) < self._limit and self.settings.claim_bytes is None
+            short = len(jobs) < size and self.settings.claim_bytes is None
             # Ran dry waiting: claim earlier. Plenty left: claim later.
             if self.ledger.unstarted == 0:
                 self._starved = not short
@@ -199,6 +215,7 @@ class Fetcher:
                 # at once, say) were invisible to its claim: no proof of an
                 # empty queue.
                 self._found_nothing = quiet and not carried and not self.ledger.outcomes_pending()
+        self._coming -= size
 
     async def _new_to_this_worker(self, jobs: list[Job]) -> list[Job]:
         """The claimed jobs this worker does not hold already. One it still runs
@@ -224,9 +241,12 @@ class Fetcher:
         ids = {job.id for job in again}
         return [job for job in jobs if job.id not in ids]
 
-    def _landed(self) -> None:
-        """A claim is no longer in flight: the loop and a held orphan look again."""
+    def _landed(self, size: int, counted: bool = False) -> None:
+        """A claim is no longer in flight: the loop and a held orphan look
+        again. Its jobs stay ``_coming`` while ``counted`` (until handed out)."""
         self._in_flight -= 1
+        if not counted:
+            self._coming -= size
         self.demand.set()
         self.progress.notify()
 
@@ -283,13 +303,15 @@ class Fetcher:
         finally:
             self._alone = False
 
-    def _smaller_claims(self) -> bool:
-        """A claim cancelled by the server (a role's ``statement_timeout``): the
-        next ones ask for half as many jobs, down to one, for the rest of the run;
-        False if they were down to one already."""
-        if self._limit == 1:
+    def _smaller_claims(self, size: int) -> bool:
+        """A claim of ``size`` jobs cancelled by the server (a role's
+        ``statement_timeout``): the next ones ask for half as many at most,
+        down to one, for the rest of the run; False if it was of one job."""
+        if size == 1:
             return False
-        self._limit //= 2
+        if size // 2 >= self._limit:
+            return True  # sent before an earlier one was cancelled: halved already
+        self._limit = size // 2
         log.warning("worker %s: a claim was cancelled by the server (statement_timeout?); "
                     "claiming at most %d jobs at a time from now on", self.settings.name,
                     self._limit)  # fmt: skip

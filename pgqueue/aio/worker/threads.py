@@ -50,12 +50,12 @@ log = logging.getLogger("pgqueue.worker")
 WORTH_A_HOP = 0.005
 
 
-def call_plain(handler: Callable[..., Any], context: JobContext, table: str, timed: bool) -> Ran:
+def call_plain(handler: Callable[..., Any], context: JobContext, table: str) -> Ran:
     """In a worker thread: run one plain handler in its job's context, and
     encode its return value if the job keeps it."""
     job = context.job
     token = CURRENT.set(context)
-    start = perf_counter() if timed else None
+    start = perf_counter()
     tracer = tracing.tracer
     try:
         if tracer is None:
@@ -65,10 +65,10 @@ def call_plain(handler: Callable[..., Any], context: JobContext, table: str, tim
                 value = handler(job)
         result = None if job.result_ttl is None else encode_result(value, job.kind)
     except Exception as exc:
-        return context, exc, None, None if start is None else perf_counter() - start
+        return context, exc, None, perf_counter() - start
     finally:
         CURRENT.reset(token)
-    return context, None, result, None if start is None else perf_counter() - start
+    return context, None, result, perf_counter() - start
 
 
 def log_cancel_asked(job: Job) -> None:
@@ -88,7 +88,6 @@ class Threads:
     ledger: Ledger[Outcome]
     completer: Completer
     limiter: anyio.CapacityLimiter  # the runners': at most ``concurrency`` threads
-    timed: bool
     table: str
     _chunks: set[Chunk] = field(default_factory=set, init=False)  # taken, not finished
     # Every job of a chunk whose outcome has not gone to the completer yet,
@@ -217,13 +216,13 @@ class Threads:
         cut, or until a handler worth a hop of its own has run or is next
         (its kind was slow last time): the outcomes so far then go out at
         once, and the rest waits for the next hop (or an idle runner's `steal`)."""
-        handlers, table, timed, slow = self.handlers, self.table, self.timed, self._slow
+        handlers, table, slow = self.handlers, self.table, self._slow
         context = chunk.start_next()
         while context is not None:
             kind = context.job.kind
             handler = handlers.get(kind)
             assert handler is not None
-            chunk.ran_one(call_plain(handler, context, table, timed))
+            chunk.ran_one(call_plain(handler, context, table))
             if perf_counter() - chunk.since >= WORTH_A_HOP:  # since it began
                 slow.add(kind)
                 return

@@ -130,37 +130,24 @@ async def test_two_workers_share_blocking_jobs_rather_than_one_holding_them_all(
     # Eight jobs meet at once only if both workers of concurrency 4 run
     # four: a worker claims one job per free runner, and (once its handlers
     # show they take longer than a claim) no more. First at start-up, then
-    # once each worker has run slow jobs of its own.
-    def slow(job: pgqueue.Job) -> None:
-        threading.Event().wait(0.1)  # the work: a blocking call of 100 ms
-
+    # once each worker has run such jobs.
     meetings: list[Meeting] = []
 
     def block(job: pgqueue.Job) -> None:
         meetings[-1](job)
+        threading.Event().wait(0.5)  # the work: a blocking call of half a second
 
-    workers = [
-        WorkerUnderTest(backend, queue, {"block": block, "slow": slow}, concurrency=4)
-        for _ in range(2)
-    ]
-
-    async def meet() -> None:
-        meetings.append(Meeting(8))
-        await queue.enqueue_many([JobSpec("block", i, max_attempts=1) for i in range(8)])
-        with anyio.fail_after(PATIENCE * 2):
-            while raw.count("status <> 'dead'") > 0:  # noqa: ASYNC110 - it lives in the database
-                await anyio.sleep(0.05)
-
+    workers = [WorkerUnderTest(backend, queue, {"block": block}, concurrency=4) for _ in range(2)]
     async with anyio.create_task_group() as tg:
         for worker in workers:
             tg.start_soon(worker.run)
         try:
-            await meet()
-            await queue.enqueue_many([JobSpec("slow", i) for i in range(32)])
-            with anyio.fail_after(PATIENCE * 2):
-                while raw.count() > 0:  # noqa: ASYNC110 - the condition lives in the database
-                    await anyio.sleep(0.05)
-            await meet()
+            for _ in range(2):
+                meetings.append(Meeting(8))
+                await queue.enqueue_many([JobSpec("block", i, max_attempts=1) for i in range(8)])
+                with anyio.fail_after(PATIENCE * 2):
+                    while raw.count("status <> 'dead'") > 0:  # noqa: ASYNC110 - in the database
+                        await anyio.sleep(0.05)
         finally:
             for worker in workers:
                 worker.stop()

@@ -1,7 +1,7 @@
 """Plain-function jobs in worker threads, a few to a thread hop.
 
 A hop costs more than a trivial handler, so a runner that begins plain
-jobs takes its fair share of a batch (`Chunk`) and runs them one after
+jobs takes its fair share of those waiting (`Chunk`) and runs them one after
 another in one thread, until one of them is slow enough to be worth a hop
 of its own (`WORTH_A_HOP`; a kind that was slow last time begins a hop of
 its own from then on), so that a quick job's outcome never waits for a
@@ -112,10 +112,12 @@ class Threads:
 
     def take(self) -> Chunk:
         """Begin the next claimed jobs, while they are chunk jobs: a fair share
-        of the batch, but a job of a kind that was slow last time alone (the
-        next runner begins the next job at once). (Fewer jobs than runners
-        are shared out by `steal`.)"""
-        ledger, share = self.ledger, max(1, self.settings.batch_size // self.settings.concurrency)
+        of those waiting (one each while there are no more than runners), at
+        most of a batch, but a job of a kind that was slow last time alone
+        (the next runner begins the next job at once). (A chunk's tail is
+        shared out by `steal`.)"""
+        ledger, runners = self.ledger, self.settings.concurrency
+        share = max(1, min(self.settings.batch_size, ledger.unstarted) // runners)
         worker, runs, slow = self.settings.name, list[JobContext](), self._slow
         while len(runs) < share:
             job = ledger.next_unstarted()

@@ -12968,6 +12968,9 @@ SELECT i.indrelid IS NOT DISTINCT FROM %s::regclass, i.indisvalid,
 -- ==== migration 11, step 2
 CREATE INDEX IF NOT EXISTS "pgqueue_jobs_dead" ON "pgqueue_jobs" (id) WHERE status = 'dead'
 
+-- ==== migration 12, step 1
+ALTER TABLE "pgqueue_jobs" SET (fillfactor = 40)
+
 -- ==== seed.claim
 UPDATE "pgqueue_jobs" SET status='running', locked_at=now(), locked_by=%s, attempts=attempts+1
  WHERE id IN (

@@ -2955,6 +2955,9 @@ SELECT i.indrelid IS NOT DISTINCT FROM %s::regclass, i.indisvalid,
 -- ==== migration 11, step 2
 CREATE INDEX IF NOT EXISTS "jobs_dead" ON "app"."jobs" (id) WHERE status = 'dead'
 
+-- ==== migration 12, step 1
+ALTER TABLE "app"."jobs" SET (fillfactor = 40)
+
 -- ==== seed.claim
 UPDATE "app"."jobs" SET status='running', locked_at=now(), locked_by=%s, attempts=attempts+1
  WHERE id IN (

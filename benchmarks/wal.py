@@ -88,6 +88,7 @@ def one_run(
     specs = [("noop", {"n": i}) for i in range(jobs)]
     with psycopg.connect(dsn, autocommit=True) as meter:
         marks: list[tuple[str, float]] = []
+        phases: list[Phase] = []
 
         def mark() -> None:
             row = meter.execute(LSN).fetchone()
@@ -104,6 +105,9 @@ def one_run(
 
         def between() -> None:
             mark()
+            # Read now: the checkpoint may recycle the segments.
+            (a, ta), (b, tb) = marks
+            phases.append(read_phase(meter, a, b, tb - ta))
             if checkpoint:
                 meter.execute("CHECKPOINT")
             mark()
@@ -132,8 +136,8 @@ def one_run(
                         mark()
 
                 anyio.run(main, backend=backend)
-            (a, ta), (b, tb), (c, tc), (d, td) = marks
-            return read_phase(meter, a, b, tb - ta), read_phase(meter, c, d, td - tc)
+            (c, tc), (d, td) = marks[2:]
+            return phases[0], read_phase(meter, c, d, td - tc)
         finally:
             with pgqueue.Queue(dsn, table=table) as q:
                 q.uninstall()

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from .argtypes import kind_list, kind_name, port, positive_duration, positive_int, queue_list
+from .argtypes import kind_list, port, positive_duration, positive_int, queue_list, worker_name
 from .probes import HttpOptions
 
 __all__ = [
@@ -95,7 +95,7 @@ SETTING_FLAGS = (
     Flag(
         "claim_bytes", "the most payload bytes one claim brings in (memory)", positive_int, "BYTES"
     ),
-    Flag("name", "the worker's name, in locked_by", kind_name, "NAME"),
+    Flag("name", "the worker's name, in locked_by", worker_name, "NAME"),
     Flag(
         "listen_conninfo",
         "LISTEN on this server connection (a transaction pooler stands in front)",

@@ -11,6 +11,7 @@ from .....cli.errors import UsageError
 from .....cli.flags import CommandFlags, add_arguments
 from .....cli.worker import run_worker_command
 from .....sync.worker import Worker
+from ... import close_queue
 from ...worker import build_worker, set_up_and_build_worker
 
 DJANGO_MIGRATE = "manage.py pgqueue_migrate"
@@ -59,6 +60,8 @@ class Command(BaseCommand):
             )
         except UsageError as exc:
             raise CommandError(str(exc), returncode=2) from exc
+        finally:
+            close_queue()  # the worker closed it: the next get_queue() builds a new one
         if status != 0:
             raise SystemExit(status)  # the reason is logged already, in one line
         self.stdout.write(f"{ran} stopped")

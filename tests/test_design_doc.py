@@ -3,7 +3,8 @@
 Every statement in a ```sql block of the page, once comments are dropped
 and whitespace is collapsed, must be one that `pgqueue.core.sql.Statements`
 renders for the default table, or one that the migrations run on a fresh
-install (their expand and contract halves). A statement edited in the code and not in the page fails here.
+install (their expand and contract halves). A statement edited in the code
+and not in the page fails here.
 
 The pages of cancellation, results and limits are held to the same rule,
 and may also show a part of a statement: a block whose first line is a

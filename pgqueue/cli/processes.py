@@ -46,7 +46,6 @@ from multiprocessing.context import SpawnContext, SpawnProcess
 from types import FrameType
 from typing import Any
 
-from ..aio.worker import AsyncWorker
 from ..core.events import EventName, JobEvent
 from ..core.health import HealthReport, assess
 from ..core.worker import RETRY_BACKOFF
@@ -54,17 +53,13 @@ from ..sync.queue import Queue
 from ..sync.worker import Worker
 from .errors import UsageError
 from .probes import HttpOptions
-from .worker import STOP_SIGNALS, leave_stuck_calls_behind, serve, serve_http
+from .worker import STOP_SIGNALS, WorkerFactory, leave_stuck_calls_behind, serve, serve_http
 
 NO_HTTP = HttpOptions()
 
 __all__ = ["ChildExit", "Supervisor", "WorkerFactory", "supervise"]
 
 log = logging.getLogger("pgqueue.cli")
-
-WorkerFactory = Callable[[], "Worker | AsyncWorker"]
-"""Builds the worker a process runs; picklable (a module-level function, or
-a `functools.partial` of one), since each child calls it in its interpreter."""
 
 MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"
 
@@ -97,6 +92,7 @@ class ChildSpec:
     max_jobs: int | None
     metrics: bool
     log_level: str
+    migrate: str = "pgqueue migrate"
 
 
 def supervise(
@@ -108,8 +104,12 @@ def supervise(
     until_empty: bool = False,
     http: HttpOptions = NO_HTTP,
     log_level: str = "INFO",
+    migrate: str = "pgqueue migrate",
 ) -> int:
     """Run ``processes`` workers built by ``build`` under one supervisor; its exit status.
+
+    ``migrate`` is the command a worker started before the schema is
+    installed names (``flask pgqueue migrate``...).
 
     ``build`` is called here first, so that a target that cannot be loaded
     is reported before any process starts (and for the queue whose stats
@@ -119,7 +119,7 @@ def supervise(
     if trio and isinstance(worker, Worker):
         raise UsageError("--trio runs an AsyncWorker; a pgqueue.Worker runs on threads")
     metrics = http.metrics_port is not None
-    spec = ChildSpec(build, trio, until_empty, max_jobs_per_child, metrics, log_level)
+    spec = ChildSpec(build, trio, until_empty, max_jobs_per_child, metrics, log_level, migrate)
     supervisor = Supervisor(spec, processes)
     try:
         with children_metrics_dir() if metrics else nullcontext("") as path:
@@ -356,7 +356,7 @@ def child_main(spec: ChildSpec, jobs: c_longlong, health: SharedStamps) -> None:
     counter = JobCounter(jobs, spec.max_jobs, worker.stop)
     worker.add_event_listener(counter)
     watch_parent(worker.stop)
-    status = serve(worker, trio=spec.trio, until_empty=spec.until_empty)
+    status = serve(worker, trio=spec.trio, until_empty=spec.until_empty, migrate=spec.migrate)
     if status == ChildExit.DONE and counter.retired:
         status = ChildExit.RETIRED
     if status in (ChildExit.DONE, ChildExit.RETIRED):

@@ -38,8 +38,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import logging
-import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -53,8 +51,8 @@ from flask.cli import AppGroup, ScriptInfo
 from psycopg_pool import ConnectionPool
 
 from ..cli.errors import UsageError
-from ..cli.processes import supervise
-from ..cli.worker import LOG_FORMAT, LOG_LEVELS, leave_stuck_calls_behind, stop_on_signals
+from ..cli.flags import CommandFlags, click_options
+from ..cli.worker import run_worker_command
 from ..core.jobs import JobSpec
 from ..core.ops import QueueCore
 from ..core.tasks import TaskDefaults, TaskDefinition, TaskRegistry
@@ -365,86 +363,50 @@ def migrate_command() -> None:
 
 
 @commands.command("worker")
-@click.option("--concurrency", type=click.IntRange(min=1), help="Jobs run at a time.")
-@click.option("--queue", "queues", multiple=True, help="Serve this queue (repeat); all if none.")
-@click.option("--kind", "kinds", multiple=True, help="Serve this kind (repeat); all if none.")
-@click.option("--until-empty", is_flag=True, help="Drain what is ready, then exit.")
-@click.option(
-    "--processes",
-    type=click.IntRange(min=1),
-    help="Run N worker processes under one supervisor (for CPU-bound handlers).",
-)
-@click.option(
-    "--max-jobs-per-child",
-    type=click.IntRange(min=1),
-    help="With --processes: replace a worker process after it finished M jobs.",
-)
-@click.option("--log-level", type=click.Choice(LOG_LEVELS), default="INFO", show_default=True)
-def worker_command(
-    concurrency: int | None,
-    queues: tuple[str, ...],
-    kinds: tuple[str, ...],
-    until_empty: bool,
-    processes: int | None,
-    max_jobs_per_child: int | None,
-    log_level: str,
-) -> None:
-    """Run the app's handlers until SIGINT or SIGTERM (a second one interrupts running jobs)."""
-    logging.basicConfig(level=log_level, format=LOG_FORMAT, stream=sys.stderr)
+@click_options()
+@click.option("--queue", "queue", multiple=True, hidden=True, help="Deprecated: --queues.")
+@click.option("--kind", "kind", multiple=True, hidden=True, help="Deprecated: --kinds.")
+def worker_command(queue: tuple[str, ...], kind: tuple[str, ...], **given: Any) -> None:
+    """Run the app's tasks and handlers until SIGINT or SIGTERM (a second one
+    interrupts running jobs), or with --until-empty until no job is ready or
+    running. Takes every flag of `pgqueue worker` but TARGET, --dsn and --trio."""
+    ctx = click.get_current_context()
+    # The repeatable --queue and --kind of earlier releases: --queues a,b and --kinds a,b now.
+    for old, new, names in (("--queue", "queues", queue), ("--kind", "kinds", kind)):
+        if names:
+            click.echo(f"warning: {old} is deprecated; use --{new} a,b", err=True)
+            given[new] = [*(given[new] or ()), *names]
+    flags = CommandFlags.from_parsed(given)
     state = _current_state()
-    options: dict[str, Any] = {}
-    if concurrency is not None:
-        options["concurrency"] = concurrency
-    if queues:
-        options["queues"] = list(queues)
-    if kinds:
-        options["kinds"] = list(kinds)
-    if processes is not None:
-        _supervise(options, processes, max_jobs_per_child, until_empty, log_level)
-        return
-    if max_jobs_per_child is not None:
-        raise click.UsageError("--max-jobs-per-child needs --processes")
+    if flags.processes is not None:
+        info = ctx.ensure_object(ScriptInfo)
+        if info.app_import_path is None and info.create_app is not None:
+            raise click.UsageError(
+                "--processes needs the app named by --app or FLASK_APP: each worker process "
+                "loads it"
+            )
+        build: Callable[[], Worker] = functools.partial(_app_worker, info.app_import_path)
+    else:
+        build = functools.partial(state.extension.worker, current_app._get_current_object())  # type: ignore[attr-defined]
     try:
-        worker = state.extension.worker(**options)
-    except (TypeError, ValueError) as exc:
-        raise click.UsageError(f"cannot build the worker: {exc}") from exc
-    try:
-        with stop_on_signals(worker.stop):
-            worker.run(until_empty=until_empty)
+        status = run_worker_command(build, flags, what="the app's worker", migrate=FLASK_MIGRATE)
+    except UsageError as exc:
+        raise click.UsageError(str(exc)) from exc
     finally:
         state.close()
-    leave_stuck_calls_behind()
+    ctx.exit(status)
 
 
-def _supervise(
-    options: dict[str, Any],
-    processes: int,
-    max_jobs_per_child: int | None,
-    until_empty: bool,
-    log_level: str,
-) -> None:
-    info = click.get_current_context().ensure_object(ScriptInfo)
-    if info.app_import_path is None and info.create_app is not None:
-        raise click.UsageError(
-            "--processes needs the app named by --app or FLASK_APP: each worker process loads it"
-        )
-    build = functools.partial(_app_worker, info.app_import_path, options)
-    try:
-        status = supervise(build, processes=processes, max_jobs_per_child=max_jobs_per_child,
-                           until_empty=until_empty, log_level=log_level)  # fmt: skip
-    except (TypeError, ValueError, UsageError) as exc:
-        raise click.UsageError(f"cannot build the worker: {exc}") from exc
-    if status != 0:
-        raise click.ClickException("a worker process could not set up its worker (see its log)")
+FLASK_MIGRATE = "flask pgqueue migrate"
 
 
-def _app_worker(app_import_path: str | None, options: dict[str, Any]) -> Worker:
+def _app_worker(app_import_path: str | None) -> Worker:
     """The worker of ``flask pgqueue worker``, in a process that loads the app anew."""
     app = ScriptInfo(app_import_path=app_import_path).load_app()
     state = app.extensions.get(EXTENSION_KEY)
     if not isinstance(state, _AppState):
         raise UsageError("this app has no pgqueue extension: call PgQueue.init_app(app)")
-    return state.extension.worker(app, **options)
+    return state.extension.worker(app)
 
 
 def _current_state() -> _AppState:

@@ -67,6 +67,7 @@ SELECT s.n_dead_tup, i.idx_tup_read, pg_relation_size(%(index)s::regclass)
   FROM pg_stat_user_tables AS s, pg_stat_user_indexes AS i
  WHERE s.relid = %(table)s::regclass AND i.indexrelid = %(index)s::regclass"""
 )
+EXPLAIN = b"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "
 _HOLD = sql.SQL("SELECT count(*) FROM {table}")
 _DROP = sql.SQL("DROP TABLE IF EXISTS {table}")
 
@@ -99,7 +100,7 @@ def timed_cursor(probe: Probe) -> type[psycopg.AsyncCursor[Any]]:
                 # The same statement and parameters, rolled back: what this
                 # very claim reads (its outcomes' writes included).
                 async with self.connection.transaction(force_rollback=True):
-                    await super().execute(b"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + text, params)
+                    await super().execute(EXPLAIN + text, params)
                     row = await self.fetchone()
                 assert row is not None
                 probe.buffers.append((now, _buffers(row[0])))
@@ -381,9 +382,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{ph.index_reads_per_job:>14.1f}{ph.dead_tuples_max:>10}{ph.jobs_per_s:>9.0f}"
             f"{ph.backlog_max:>9}"
         )
-    print(
-        f"held vs unheld: claim p99 x{found['p99_ratio']}, drain rate x{found['rate_ratio']}"
-    )
+    print(f"held vs unheld: claim p99 x{found['p99_ratio']}, drain rate x{found['rate_ratio']}")
     return 0
 
 

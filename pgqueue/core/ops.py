@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from .backoff import Backoff
+from .heads import NO_HEADS, ClaimHeads
 from .jobs import (
     DEFAULT_QUEUE,
     DEFAULT_VISIBILITY_TIMEOUT,
@@ -108,6 +109,9 @@ class Cycle:
     # In how many seconds a key with a rate (`set_rate`) whose jobs the turn
     # left for want of a token has one again; None if no key waits so.
     token_in: float | None = None
+    # How many claim-index entries the turn read, dead ones included
+    # (`pgqueue.core.heads`).
+    walked: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -438,6 +442,7 @@ class QueueCore:
         results: Mapping[int, str] | None = None,
         limited_max: int | None = None,
         plain: bool = False,
+        heads: ClaimHeads = NO_HEADS,
     ) -> Operation[Cycle]:
         """One turn of a worker: record its outcomes and claim its next batch,
         in one statement (see `Statements.cycle`); the batch stops at the job
@@ -448,13 +453,14 @@ class QueueCore:
         the caller knows that no success holds a limit slot or keeps a
         result (a worker knows from its `Job`), and the statement leaves
         that bookkeeping out; should one do either, a second statement
-        records it in full."""
+        records it in full. ``heads``: where the claim starts in each level
+        (`pgqueue.core.heads`)."""
         claim = self._claim_params(limit, worker, kinds, queues)
         if validate_claim_bytes(claim_bytes) is not None:
             claim["claim_bytes"] = claim_bytes
         if limited_max is not None:
             claim["limited_max"] = min(validate_limit(limited_max), claim["limit"])
-        return self._cycle(succeeded, failures, worker, claim, results, plain)
+        return self._cycle(succeeded, failures, worker, claim, results, plain, heads)
 
     def _cycle(
         self,
@@ -464,8 +470,9 @@ class QueueCore:
         claim: dict[str, Any],
         results: Mapping[int, str] | None = None,
         plain: bool = False,
+        heads: ClaimHeads = NO_HEADS,
     ) -> Operation[Cycle]:
-        claim = dict(claim)
+        claim = {**claim, **heads.params()}
         limit = claim.pop("limit")
         limited_max = claim.pop("limited_max", limit)
         shape = ("queues" in claim, "kinds" in claim, "claim_bytes" in claim)
@@ -481,7 +488,7 @@ class QueueCore:
             params |= _result_arrays(results)
 
         def plan() -> Plan[Cycle]:
-            ((done, failed, statuses, claimed, _, slots, token_in),) = yield Query(
+            ((done, failed, statuses, claimed, _, slots, token_in, walked),) = yield Query(
                 statement, params
             )
             if plain and len(done) < len(params["done"]):
@@ -502,11 +509,11 @@ class QueueCore:
                     *shape, more, True, min(limited_max, more), failures=False, plain=True
                 )
                 nothing = {**claim, "worker": worker, "done": []}
-                ((_, _, _, more, _, _, token_in),) = yield Query(again, nothing)
+                ((_, _, _, more, _, _, token_in, _),) = yield Query(again, nothing)
                 claimed = claimed + more
             written = {i: JobStatus(s) for i, s in zip(failed, statuses, strict=True)}
             jobs = _in_claim_order(map(Job.from_json, claimed))
-            return Cycle(done, written, jobs, token_in)
+            return Cycle(done, written, jobs, token_in, walked)
 
         return Operation(plan())
 

@@ -28,6 +28,7 @@ import anyio
 import psycopg
 import psycopg.errors
 
+from ...core.heads import Heads
 from ...core.jobs import Job
 from ...core.ledger import Ledger, Phase
 from ...core.worker import RETRY_BACKOFF, Outcome, WorkerSettings, describe_jobs
@@ -81,6 +82,8 @@ class Fetcher:
     # When a key with a rate, whose jobs the last claim left for want of a
     # token, has one again (`Cycle.token_in`): the idle wait ends then.
     _token_at: float = field(default=float("inf"), init=False)
+    # Where each claim starts in each level (`pgqueue.core.heads`).
+    heads: Heads = field(default_factory=Heads, init=False)
     # Claims in flight are shielded from a stop, within its grace period.
     shields: Shields = field(default_factory=Shields, init=False)
 
@@ -147,13 +150,15 @@ class Fetcher:
         found, or tell the loop that it found nothing."""
         quiet = not self.ledger.busy() and self._in_flight == 1
         jobs: list[Job] = []  # unless the claim returns before a stop gives up on it
-        carried = 0
+        carried = walked = 0
         token_in: float | None = None
+        limit = self._limit
+        heads = self.heads.send(now=anyio.current_time())
         try:
             # Shielded: a claim that committed is never dropped on the floor
             # (unless a stop finds it still waiting after the grace period).
             with self.shields.shielded():
-                jobs, carried, token_in = await self.completer.cycle(
+                jobs, carried, token_in, walked = await self.completer.cycle(
                     self._limit,
                     self.settings.kinds,
                     self.settings.queues,
@@ -161,6 +166,7 @@ class Fetcher:
                     # A limited job's slot is held from its claim: claim no
                     # more of them than the runners can start.
                     self.settings.concurrency,
+                    heads,
                 )
         except DATABASE_ERRORS as exc:
             if isinstance(exc, psycopg.errors.QueryCanceled) and self._smaller_claims():
@@ -171,6 +177,7 @@ class Fetcher:
             return
         self._landed()
         self._errors = 0
+        self.heads.landed(heads, jobs, walked=walked, limit=limit, now=anyio.current_time())
         self.reached.set()
         self._token_at = float("inf") if token_in is None else anyio.current_time() + token_in
         if jobs:

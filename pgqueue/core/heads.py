@@ -114,6 +114,11 @@ class Heads:
             return ClaimHeads(rescan=True)
         return ClaimHeads(tuple(self._heads.items()))
 
+    def rescan_next(self) -> None:
+        """Make the next claim a rescan (if heads are in use): a claim with
+        heads that found nothing is no proof that nothing is ready."""
+        self._rescan_at = 0.0
+
     def landed(
         self, sent: ClaimHeads, jobs: Iterable[Job], *, walked: int, limit: int, now: float
     ) -> None:

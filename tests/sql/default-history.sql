@@ -288,27 +288,68 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -316,10 +357,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -345,7 +389,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                         UNION ALL SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== allocate_ids
@@ -719,27 +764,68 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -747,10 +833,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -776,7 +865,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                         UNION ALL SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== enqueue
@@ -2103,27 +2193,68 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -2131,10 +2262,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -2155,7 +2289,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
             FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=False limited=False failures=False plain=True limited_max=None)
@@ -2171,27 +2306,68 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -2199,10 +2375,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -2220,7 +2399,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=False limited=False failures=True plain=False limited_max=None)
@@ -2321,27 +2501,68 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -2349,10 +2570,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -2377,7 +2601,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                         UNION ALL SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=False limited=False failures=True plain=True limited_max=None)
@@ -2461,27 +2686,68 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -2489,10 +2755,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -2515,7 +2784,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=False limited=True failures=False plain=False limited_max=None)
@@ -2618,27 +2888,68 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -2646,10 +2957,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -2671,7 +2985,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
             FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=False limited=True failures=False plain=True limited_max=None)
@@ -2757,27 +3072,68 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -2785,10 +3141,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -2807,7 +3166,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=False limited=True failures=True plain=False limited_max=None)
@@ -2978,27 +3338,68 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -3006,10 +3407,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -3035,7 +3439,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                         UNION ALL SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=False limited=True failures=True plain=True limited_max=None)
@@ -3189,27 +3594,68 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -3217,10 +3663,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -3244,7 +3693,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=True limited=False failures=False plain=False limited_max=None)
@@ -3277,27 +3727,68 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -3305,10 +3796,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -3332,7 +3826,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
             FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=True limited=False failures=False plain=True limited_max=None)
@@ -3348,27 +3843,68 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -3376,10 +3912,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -3400,7 +3939,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=True limited=False failures=True plain=False limited_max=None)
@@ -3501,27 +4041,68 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -3529,10 +4110,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -3560,7 +4144,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                         UNION ALL SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=True limited=False failures=True plain=True limited_max=None)
@@ -3644,27 +4229,68 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -3672,10 +4298,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -3701,7 +4330,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=True limited=True failures=False plain=False limited_max=None)
@@ -3804,27 +4434,68 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -3832,10 +4503,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -3860,7 +4534,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
             FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=True limited=True failures=False plain=True limited_max=None)
@@ -3946,27 +4621,68 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -3974,10 +4690,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -3999,7 +4718,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=True limited=True failures=True plain=False limited_max=None)
@@ -4170,27 +4890,68 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -4198,10 +4959,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -4230,7 +4994,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                         UNION ALL SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=True limited=True failures=True plain=True limited_max=None)
@@ -4384,27 +5149,68 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -4412,10 +5218,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -4442,7 +5251,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=False limited=False failures=False plain=False limited_max=None)
@@ -4475,38 +5285,82 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -4527,7 +5381,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
             FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=False limited=False failures=False plain=True limited_max=None)
@@ -4543,38 +5398,82 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -4592,7 +5491,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=False limited=False failures=True plain=False limited_max=None)
@@ -4693,38 +5593,82 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -4749,7 +5693,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                         UNION ALL SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=False limited=False failures=True plain=True limited_max=None)
@@ -4833,38 +5778,82 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -4887,7 +5876,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=False limited=True failures=False plain=False limited_max=None)
@@ -4990,38 +5980,82 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -5043,7 +6077,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
             FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=False limited=True failures=False plain=True limited_max=None)
@@ -5129,38 +6164,82 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -5179,7 +6258,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=False limited=True failures=True plain=False limited_max=None)
@@ -5350,38 +6430,82 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -5407,7 +6531,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                         UNION ALL SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=False limited=True failures=True plain=True limited_max=None)
@@ -5561,38 +6686,82 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -5616,7 +6785,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=True limited=False failures=False plain=False limited_max=None)
@@ -5649,38 +6819,82 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -5704,7 +6918,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
             FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=True limited=False failures=False plain=True limited_max=None)
@@ -5720,38 +6935,82 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -5772,7 +7031,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=True limited=False failures=True plain=False limited_max=None)
@@ -5873,38 +7133,82 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -5932,7 +7236,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                         UNION ALL SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=True limited=False failures=True plain=True limited_max=None)
@@ -6016,38 +7321,82 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -6073,7 +7422,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=True limited=True failures=False plain=False limited_max=None)
@@ -6176,38 +7526,82 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -6232,7 +7626,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
             FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=True limited=True failures=False plain=True limited_max=None)
@@ -6318,38 +7713,82 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -6371,7 +7810,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=True limited=True failures=True plain=False limited_max=None)
@@ -6542,38 +7982,82 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -6602,7 +8086,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                         UNION ALL SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=True limited=True failures=True plain=True limited_max=None)
@@ -6756,38 +8241,82 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -6814,7 +8343,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=False limited=False failures=False plain=False limited_max=None)
@@ -6847,22 +8377,41 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -6870,10 +8419,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -6894,7 +8446,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
             FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=False limited=False failures=False plain=True limited_max=None)
@@ -6910,22 +8463,41 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -6933,10 +8505,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -6954,7 +8529,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=False limited=False failures=True plain=False limited_max=None)
@@ -7055,22 +8631,41 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -7078,10 +8673,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -7106,7 +8704,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                         UNION ALL SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=False limited=False failures=True plain=True limited_max=None)
@@ -7190,22 +8789,41 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -7213,10 +8831,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -7239,7 +8860,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=False limited=True failures=False plain=False limited_max=None)
@@ -7342,22 +8964,41 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -7365,10 +9006,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -7390,7 +9034,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
             FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=False limited=True failures=False plain=True limited_max=None)
@@ -7476,22 +9121,41 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -7499,10 +9163,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -7521,7 +9188,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=False limited=True failures=True plain=False limited_max=None)
@@ -7692,22 +9360,41 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -7715,10 +9402,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -7744,7 +9434,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                         UNION ALL SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=False limited=True failures=True plain=True limited_max=None)
@@ -7898,22 +9589,41 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -7921,10 +9631,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -7948,7 +9661,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=True limited=False failures=False plain=False limited_max=None)
@@ -7981,22 +9695,41 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -8004,10 +9737,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -8031,7 +9767,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
             FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=True limited=False failures=False plain=True limited_max=None)
@@ -8047,22 +9784,41 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -8070,10 +9826,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -8094,7 +9853,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=True limited=False failures=True plain=False limited_max=None)
@@ -8195,22 +9955,41 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -8218,10 +9997,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -8249,7 +10031,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                         UNION ALL SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=True limited=False failures=True plain=True limited_max=None)
@@ -8333,22 +10116,41 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -8356,10 +10158,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -8385,7 +10190,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=True limited=True failures=False plain=False limited_max=None)
@@ -8488,22 +10294,41 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -8511,10 +10336,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -8539,7 +10367,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
             FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=True limited=True failures=False plain=True limited_max=None)
@@ -8625,22 +10454,41 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -8648,10 +10496,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -8673,7 +10524,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=True limited=True failures=True plain=False limited_max=None)
@@ -8844,22 +10696,41 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -8867,10 +10738,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -8899,7 +10773,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                         UNION ALL SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=True limited=True failures=True plain=True limited_max=None)
@@ -9053,22 +10928,41 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -9076,10 +10970,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -9106,7 +11003,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=False limited=False failures=False plain=False limited_max=None)
@@ -9139,33 +11037,55 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -9186,7 +11106,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
             FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=False limited=False failures=False plain=True limited_max=None)
@@ -9202,33 +11123,55 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -9246,7 +11189,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=False limited=False failures=True plain=False limited_max=None)
@@ -9347,33 +11291,55 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -9398,7 +11364,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                         UNION ALL SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=False limited=False failures=True plain=True limited_max=None)
@@ -9482,33 +11449,55 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -9531,7 +11520,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=False limited=True failures=False plain=False limited_max=None)
@@ -9634,33 +11624,55 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -9682,7 +11694,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
             FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=False limited=True failures=False plain=True limited_max=None)
@@ -9768,33 +11781,55 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -9813,7 +11848,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=False limited=True failures=True plain=False limited_max=None)
@@ -9984,33 +12020,55 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -10036,7 +12094,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                         UNION ALL SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=False limited=True failures=True plain=True limited_max=None)
@@ -10190,33 +12249,55 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -10240,7 +12321,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=True limited=False failures=False plain=False limited_max=None)
@@ -10273,33 +12355,55 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -10323,7 +12427,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
             FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=True limited=False failures=False plain=True limited_max=None)
@@ -10339,33 +12444,55 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -10386,7 +12513,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=True limited=False failures=True plain=False limited_max=None)
@@ -10487,33 +12615,55 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -10541,7 +12691,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                         UNION ALL SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=True limited=False failures=True plain=True limited_max=None)
@@ -10625,33 +12776,55 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -10677,7 +12850,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=True limited=True failures=False plain=False limited_max=None)
@@ -10780,33 +12954,55 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -10831,7 +13027,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
             FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=True limited=True failures=False plain=True limited_max=None)
@@ -10917,33 +13114,55 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -10965,7 +13184,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=True limited=True failures=True plain=False limited_max=None)
@@ -11136,33 +13356,55 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -11191,7 +13433,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                         UNION ALL SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=True limited=True failures=True plain=False limited_max=5)
@@ -11362,33 +13605,55 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -11417,7 +13682,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                         UNION ALL SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=True limited=True failures=True plain=True limited_max=None)
@@ -11571,33 +13837,55 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -11624,7 +13912,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=True limited=True failures=True plain=True limited_max=5)
@@ -11778,33 +14067,55 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -11831,7 +14142,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== migration 1, step 1

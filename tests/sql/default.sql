@@ -286,27 +286,68 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -314,10 +355,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -343,7 +387,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                         UNION ALL SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== allocate_ids
@@ -713,27 +758,68 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -741,10 +827,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -770,7 +859,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                         UNION ALL SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== enqueue
@@ -2094,27 +2184,68 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -2122,10 +2253,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -2146,7 +2280,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
             FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=False limited=False failures=False plain=True limited_max=None)
@@ -2161,27 +2296,68 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -2189,10 +2365,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -2210,7 +2389,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=False limited=False failures=True plain=False limited_max=None)
@@ -2309,27 +2489,68 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -2337,10 +2558,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -2365,7 +2589,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                         UNION ALL SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=False limited=False failures=True plain=True limited_max=None)
@@ -2447,27 +2672,68 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -2475,10 +2741,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -2501,7 +2770,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=False limited=True failures=False plain=False limited_max=None)
@@ -2603,27 +2873,68 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -2631,10 +2942,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -2656,7 +2970,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
             FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=False limited=True failures=False plain=True limited_max=None)
@@ -2741,27 +3056,68 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -2769,10 +3125,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -2791,7 +3150,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=False limited=True failures=True plain=False limited_max=None)
@@ -2960,27 +3320,68 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -2988,10 +3389,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -3017,7 +3421,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                         UNION ALL SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=False limited=True failures=True plain=True limited_max=None)
@@ -3169,27 +3574,68 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -3197,10 +3643,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -3224,7 +3673,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=True limited=False failures=False plain=False limited_max=None)
@@ -3256,27 +3706,68 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -3284,10 +3775,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -3311,7 +3805,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
             FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=True limited=False failures=False plain=True limited_max=None)
@@ -3326,27 +3821,68 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -3354,10 +3890,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -3378,7 +3917,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=True limited=False failures=True plain=False limited_max=None)
@@ -3477,27 +4017,68 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -3505,10 +4086,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -3536,7 +4120,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                         UNION ALL SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=True limited=False failures=True plain=True limited_max=None)
@@ -3618,27 +4203,68 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -3646,10 +4272,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -3675,7 +4304,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=True limited=True failures=False plain=False limited_max=None)
@@ -3777,27 +4407,68 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -3805,10 +4476,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -3833,7 +4507,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
             FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=True limited=True failures=False plain=True limited_max=None)
@@ -3918,27 +4593,68 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -3946,10 +4662,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -3971,7 +4690,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=True limited=True failures=True plain=False limited_max=None)
@@ -4140,27 +4860,68 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -4168,10 +4929,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -4200,7 +4964,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                         UNION ALL SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=False budget=True limited=True failures=True plain=True limited_max=None)
@@ -4352,27 +5117,68 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -4380,10 +5186,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -4410,7 +5219,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=False limited=False failures=False plain=False limited_max=None)
@@ -4442,38 +5252,82 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -4494,7 +5348,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
             FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=False limited=False failures=False plain=True limited_max=None)
@@ -4509,38 +5364,82 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -4558,7 +5457,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=False limited=False failures=True plain=False limited_max=None)
@@ -4657,38 +5557,82 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -4713,7 +5657,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                         UNION ALL SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=False limited=False failures=True plain=True limited_max=None)
@@ -4795,38 +5740,82 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -4849,7 +5838,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=False limited=True failures=False plain=False limited_max=None)
@@ -4951,38 +5941,82 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -5004,7 +6038,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
             FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=False limited=True failures=False plain=True limited_max=None)
@@ -5089,38 +6124,82 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -5139,7 +6218,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=False limited=True failures=True plain=False limited_max=None)
@@ -5308,38 +6388,82 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -5365,7 +6489,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                         UNION ALL SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=False limited=True failures=True plain=True limited_max=None)
@@ -5517,38 +6642,82 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -5572,7 +6741,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=True limited=False failures=False plain=False limited_max=None)
@@ -5604,38 +6774,82 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -5659,7 +6873,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
             FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=True limited=False failures=False plain=True limited_max=None)
@@ -5674,38 +6889,82 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -5726,7 +6985,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=True limited=False failures=True plain=False limited_max=None)
@@ -5825,38 +7085,82 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -5884,7 +7188,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                         UNION ALL SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=True limited=False failures=True plain=True limited_max=None)
@@ -5966,38 +7271,82 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -6023,7 +7372,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=True limited=True failures=False plain=False limited_max=None)
@@ -6125,38 +7475,82 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -6181,7 +7575,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
             FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=True limited=True failures=False plain=True limited_max=None)
@@ -6266,38 +7661,82 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -6319,7 +7758,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=True limited=True failures=True plain=False limited_max=None)
@@ -6488,38 +7928,82 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -6548,7 +8032,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                         UNION ALL SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=False kinds=True budget=True limited=True failures=True plain=True limited_max=None)
@@ -6700,38 +8185,82 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -6758,7 +8287,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=False limited=False failures=False plain=False limited_max=None)
@@ -6790,22 +8320,41 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -6813,10 +8362,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -6837,7 +8389,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
             FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=False limited=False failures=False plain=True limited_max=None)
@@ -6852,22 +8405,41 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -6875,10 +8447,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -6896,7 +8471,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=False limited=False failures=True plain=False limited_max=None)
@@ -6995,22 +8571,41 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -7018,10 +8613,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -7046,7 +8644,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                         UNION ALL SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=False limited=False failures=True plain=True limited_max=None)
@@ -7128,22 +8727,41 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -7151,10 +8769,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -7177,7 +8798,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=False limited=True failures=False plain=False limited_max=None)
@@ -7279,22 +8901,41 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -7302,10 +8943,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -7327,7 +8971,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
             FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=False limited=True failures=False plain=True limited_max=None)
@@ -7412,22 +9057,41 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -7435,10 +9099,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -7457,7 +9124,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=False limited=True failures=True plain=False limited_max=None)
@@ -7626,22 +9294,41 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -7649,10 +9336,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -7678,7 +9368,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                         UNION ALL SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=False limited=True failures=True plain=True limited_max=None)
@@ -7830,22 +9521,41 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -7853,10 +9563,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -7880,7 +9593,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=True limited=False failures=False plain=False limited_max=None)
@@ -7912,22 +9626,41 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -7935,10 +9668,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -7962,7 +9698,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
             FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=True limited=False failures=False plain=True limited_max=None)
@@ -7977,22 +9714,41 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -8000,10 +9756,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -8024,7 +9783,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=True limited=False failures=True plain=False limited_max=None)
@@ -8123,22 +9883,41 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -8146,10 +9925,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -8177,7 +9959,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                         UNION ALL SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=True limited=False failures=True plain=True limited_max=None)
@@ -8259,22 +10042,41 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -8282,10 +10084,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -8311,7 +10116,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=True limited=True failures=False plain=False limited_max=None)
@@ -8413,22 +10219,41 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -8436,10 +10261,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -8464,7 +10292,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
             FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=True limited=True failures=False plain=True limited_max=None)
@@ -8549,22 +10378,41 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -8572,10 +10420,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -8597,7 +10448,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=True limited=True failures=True plain=False limited_max=None)
@@ -8766,22 +10618,41 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -8789,10 +10660,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -8821,7 +10695,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                         UNION ALL SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=False budget=True limited=True failures=True plain=True limited_max=None)
@@ -8973,22 +10848,41 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -8996,10 +10890,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -9026,7 +10923,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=False limited=False failures=False plain=False limited_max=None)
@@ -9058,33 +10956,55 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -9105,7 +11025,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
             FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=False limited=False failures=False plain=True limited_max=None)
@@ -9120,33 +11041,55 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -9164,7 +11107,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=False limited=False failures=True plain=False limited_max=None)
@@ -9263,33 +11207,55 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -9314,7 +11280,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                         UNION ALL SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=False limited=False failures=True plain=True limited_max=None)
@@ -9396,33 +11363,55 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -9445,7 +11434,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=False limited=True failures=False plain=False limited_max=None)
@@ -9547,33 +11537,55 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -9595,7 +11607,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
             FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=False limited=True failures=False plain=True limited_max=None)
@@ -9680,33 +11693,55 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -9725,7 +11760,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=False limited=True failures=True plain=False limited_max=None)
@@ -9894,33 +11930,55 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -9946,7 +12004,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                         UNION ALL SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=False limited=True failures=True plain=True limited_max=None)
@@ -10098,33 +12157,55 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -10148,7 +12229,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=True limited=False failures=False plain=False limited_max=None)
@@ -10180,33 +12262,55 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -10230,7 +12334,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
             FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=True limited=False failures=False plain=True limited_max=None)
@@ -10245,33 +12350,55 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -10292,7 +12419,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=True limited=False failures=True plain=False limited_max=None)
@@ -10391,33 +12519,55 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -10445,7 +12595,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                         UNION ALL SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=True limited=False failures=True plain=True limited_max=None)
@@ -10527,33 +12678,55 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -10579,7 +12752,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       NULL::double precision
+       NULL::double precision,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=True limited=True failures=False plain=False limited_max=None)
@@ -10681,33 +12855,55 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -10732,7 +12928,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
             FROM (SELECT FROM (SELECT slot FROM done_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=True limited=True failures=False plain=True limited_max=None)
@@ -10817,33 +13014,55 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -10865,7 +13084,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=True limited=True failures=True plain=False limited_max=None)
@@ -11034,33 +13254,55 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -11089,7 +13331,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                         UNION ALL SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=True limited=True failures=True plain=False limited_max=5)
@@ -11258,33 +13501,55 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -11313,7 +13578,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                         UNION ALL SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=True limited=True failures=True plain=True limited_max=None)
@@ -11465,33 +13731,55 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -11518,7 +13806,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=True limited=True failures=True plain=True limited_max=5)
@@ -11670,33 +13959,55 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -11723,7 +14034,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== migration 1, step 1

@@ -288,27 +288,68 @@ UPDATE "app"."jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "app"."jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "app"."jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "app"."jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "app"."jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "app"."jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "app"."jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "app"."jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "app"."jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "app"."jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "app"."jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -316,10 +357,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "app"."jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -345,7 +389,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                         UNION ALL SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "app"."jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"app"."jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== allocate_ids
@@ -719,27 +764,68 @@ UPDATE "app"."jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT min(queue) FROM "app"."jobs" WHERE status = 'pending' AND limit_key IS NULL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "app"."jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "app"."jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
   UNION ALL
-    SELECT (SELECT min(queue) FROM "app"."jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "app"."jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "app"."jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "app"."jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "app"."jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "app"."jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "app"."jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -747,10 +833,13 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "app"."jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -776,7 +865,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                         UNION ALL SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "app"."jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"app"."jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== enqueue
@@ -2241,33 +2331,55 @@ UPDATE "app"."jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "app"."jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "app"."jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "app"."jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "app"."jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "app"."jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -2296,7 +2408,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                         UNION ALL SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "app"."jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"app"."jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== turn(queues=True kinds=True budget=True limited=True failures=True plain=False limited_max=5)
@@ -2467,33 +2580,55 @@ UPDATE "app"."jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
+                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "app"."jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "app"."jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
+    SELECT l.queue, coalesce(
            (SELECT max(priority) FROM "app"."jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "app"."jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "app"."jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -2522,7 +2657,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
                         UNION ALL SELECT slot FROM failed_rows_freed
                         UNION ALL SELECT slot FROM cancelled_freed) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "app"."jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       pg_stat_get_xact_tuples_returned('"app"."jobs_unlimited"'::regclass)
   FROM relax
 
 -- ==== migration 1, step 1

@@ -82,6 +82,7 @@ class Fetcher:
     # When a key with a rate, whose jobs the last claim left for want of a
     # token, has one again (`Cycle.token_in`): the idle wait ends then.
     _token_at: float = field(default=float("inf"), init=False)
+    _draining: bool = field(default=False, init=False)  # run(until_empty=True)
     # Where each claim starts in each level (`pgqueue.core.heads`).
     heads: Heads = field(default_factory=Heads, init=False)
     # Claims in flight are shielded from a stop, within its grace period.
@@ -106,6 +107,7 @@ class Fetcher:
     async def run(self, until_empty: bool) -> None:
         """Claim until cancelled (`AsyncWorker.stop`) or, with ``until_empty``,
         until a claim made with nothing held finds nothing."""
+        self._draining = until_empty
         async with anyio.create_task_group() as claims:
             while True:
                 if self._found_nothing is not None:
@@ -194,7 +196,11 @@ class Fetcher:
             # Nothing came: no second claim beside one still in flight (two
             # empty claims could otherwise keep each other going).
             self._starved = False
-            if self._in_flight == 0 and not self._slot_freed:
+            if heads.heads and self._draining:
+                # Jobs may wait behind the heads: a rescan says whether the
+                # queue is drained.
+                self.heads.rescan_next()
+            elif self._in_flight == 0 and not self._slot_freed:
                 # Outcomes recorded by that very statement (a failure due again
                 # at once, say) were invisible to its claim: no proof of an
                 # empty queue.

@@ -109,6 +109,9 @@ class Cycle:
     # In how many seconds a key with a rate (`set_rate`) whose jobs the turn
     # left for want of a token has one again; None if no key waits so.
     token_in: float | None = None
+    # How many limit slots its outcomes left free: slots handed straight to a
+    # waiting job of their key (claimed by this very turn) are not counted.
+    slots_left_free: int = 0
     # How many claim-index entries the turn read, dead ones included
     # (`pgqueue.core.heads`).
     walked: int = 0
@@ -488,9 +491,9 @@ class QueueCore:
             params |= _result_arrays(results)
 
         def plan() -> Plan[Cycle]:
-            ((done, failed, statuses, claimed, _, slots, token_in, walked),) = yield Query(
-                statement, params
-            )
+            (
+                (done, failed, statuses, claimed, _, slots, token_in, left_free, walked),
+            ) = yield Query(statement, params)
             if plain and len(done) < len(params["done"]):
                 # A success held a slot or kept a result after all (or its
                 # lease was lost, and this finds it gone again).
@@ -498,8 +501,9 @@ class QueueCore:
                 rest = [i for i in params["done"] if i not in seen]
                 full = self.sql.turn(*shape, 0, False, 0, failures=False)
                 rest_params = {**claim, "worker": worker, "done": rest, **_result_arrays(None)}
-                ((recorded, *_),) = yield Query(full, rest_params)
+                ((recorded, _, _, _, _, _, _, freed, _),) = yield Query(full, rest_params)
                 done = done + recorded
+                left_free += freed
             self.limits_in_use = slots
             if slots and not limited and limit > len(claimed):
                 # Limits came into use since the last turn: claim the rest
@@ -509,11 +513,11 @@ class QueueCore:
                     *shape, more, True, min(limited_max, more), failures=False, plain=True
                 )
                 nothing = {**claim, "worker": worker, "done": []}
-                ((_, _, _, more, _, _, token_in, _),) = yield Query(again, nothing)
+                ((_, _, _, more, _, _, token_in, _, _),) = yield Query(again, nothing)
                 claimed = claimed + more
             written = {i: JobStatus(s) for i, s in zip(failed, statuses, strict=True)}
             jobs = _in_claim_order(map(Job.from_json, claimed))
-            return Cycle(done, written, jobs, token_in, walked)
+            return Cycle(done, written, jobs, token_in, left_free, walked)
 
         return Operation(plan())
 

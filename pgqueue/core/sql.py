@@ -521,9 +521,12 @@ bucket AS (
                  * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
       FROM {limits} AS m
      WHERE m.per_second IS NOT NULL
-       AND EXISTS (SELECT FROM {table} AS t
-                    WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-                      AND t.run_at <= now(){served})
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM {table} AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now(){served}
+             LIMIT 1)
        FOR UPDATE SKIP LOCKED),
 free AS (
     SELECT s.limit_key, s.slot,
@@ -540,9 +543,10 @@ free AS (
                                 WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
                                   AND h.slot > coalesce((SELECT max_running FROM {limits} AS m
                                                           WHERE m.limit_key = s.limit_key), 1))
-               AND EXISTS (SELECT FROM {table} AS t
-                            WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                              AND t.run_at <= now(){served})
+               AND (SELECT true FROM {table} AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now(){served}
+                     LIMIT 1)
                -- A key with a rate: only with a token, in a bucket this claim holds.
                AND NOT EXISTS (SELECT FROM {limits} AS r
                                 WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
@@ -596,6 +600,14 @@ WITH RECURSIVE{heads}{found},{levels},{pick}
 RETURNING {jcols}"""
         no_orphans = sql.SQL("\n                     AND NOT coalesce({}, false)").format(ORPHANED)
 
+        def served_by(queues: bool, kinds: bool) -> sql.Composable:
+            served = sql.SQL(served_queues).format(**names)
+            if queues:
+                served += sql.SQL(" AND t.queue = ANY(%(queues)s::text[])")
+            if kinds:
+                served += sql.SQL(" AND t.kind = ANY(%(kinds)s::text[])")
+            return served
+
         def claim_parts(
             queues: bool,
             kinds: bool,
@@ -604,15 +616,13 @@ RETURNING {jcols}"""
             worker: bool = False,
             limited_jobs: bool = True,
             limited_max: int | None = None,
+            handed: bool = False,
         ) -> tuple[sql.Composable, sql.Composable]:
             """The claim's CTEs of limited jobs (none without `limited_jobs`),
             and its UPDATE; a worker's (`worker`) leaves orphaned jobs out of
-            its batches."""
-            served = sql.SQL(served_queues).format(**names)
-            if queues:
-                served += sql.SQL(" AND t.queue = ANY(%(queues)s::text[])")
-            if kinds:
-                served += sql.SQL(" AND t.kind = ANY(%(kinds)s::text[])")
+            its batches. With `handed`, it claims the jobs that the turn's
+            successes handed their slots to (`freeing`) too."""
+            served = served_by(queues, kinds)
             most = limit if limited_max is None else limited_max
             ctes = sql.SQL(limited).format(served=served, limit=sql.Literal(most), **names)
             picked = sql.SQL(pick).format(
@@ -648,9 +658,21 @@ RETURNING {jcols}"""
                 levels=walk,
                 pick=picked,
                 take=sql.SQL(within_budget if budget else "SELECT id FROM picked"),
-                limited_ids=sql.SQL("ARRAY(SELECT id FROM limited) || " if limited_jobs else ""),
+                limited_ids=sql.SQL(
+                    "ARRAY(SELECT id FROM limited) || "
+                    + ("ARRAY(SELECT id FROM done_handed) || " if handed else "")
+                    if limited_jobs
+                    else ""
+                ),
                 rest=sql.SQL(
-                    "\n LIMIT {} - (SELECT count(*) FROM limited)" if limited_jobs else ""
+                    (
+                        "\n LIMIT greatest(0, {} - (SELECT count(*) FROM limited)"
+                        " - (SELECT count(*) FROM done_handed))"
+                        if handed
+                        else "\n LIMIT {} - (SELECT count(*) FROM limited)"
+                    )
+                    if limited_jobs
+                    else ""
                 ).format(sql.Literal(limit)),
                 **names,
             )
@@ -700,22 +722,94 @@ RETURNING {jcols}"""
 
         # -- outcomes ------------------------------------------------------
         #
+        # The slots that the jobs leaving (CTE `{source}`) held are freed,
+        # fenced by the attempt that took them. In a worker's turn
+        # (`served`: which jobs it may claim), a freed slot is handed
+        # straight to the next ready job of its key, which the turn claims
+        # (`{source}_handed`, read by the claim): no slot waits for a claim
+        # that can see it free, and no other worker races this one for it.
+        # A slot is handed within the limit only, as `free` takes one, and
+        # never for a key with a rate (its tokens are the claim's to spend).
+        # A limit lowered by a statement running at that very moment lets
+        # the slot go once more, as a claim that began before it would.
+        # The freed CTE returns each slot with its new job (NULL: free).
+        def freeing(source: str, attempt: str, served: sql.Composable | None) -> sql.Composable:
+            fence = sql.SQL(
+                "d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id"
+                "\n       AND s.attempt = d.{attempt}"
+            ).format(attempt=sql.SQL(attempt))
+            if served is None:
+                return sql.SQL(
+                    """
+{freed} AS (
+    UPDATE {slots} AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM {source} AS d
+     WHERE {fence}
+    RETURNING s.slot, s.job_id)"""
+                ).format(
+                    freed=sql.SQL(f"{source}_freed"), source=sql.SQL(source), fence=fence, **names
+                )
+            return sql.SQL(
+                """
+{left} AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM {slots} AS s, {source} AS d
+     WHERE {fence}
+       AND s.slot <= coalesce((SELECT max_running FROM {limits} AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM {slots} AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM {limits} AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM {limits} AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+{handed} AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM {left} GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM {table} AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now(){served}
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN {left} AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+{freed} AS (
+    UPDATE {slots} AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM {handed} AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM {source} AS d
+     WHERE {fence}
+    RETURNING s.slot, s.job_id)"""
+            ).format(
+                left=sql.SQL(f"{source}_slots"),
+                handed=sql.SQL(f"{source}_handed"),
+                freed=sql.SQL(f"{source}_freed"),
+                source=sql.SQL(source),
+                fence=fence,
+                served=served,
+                **names,
+            )
+
+        #
         # What follows a job's leaving the table (CTE `{source}`, its rows
         # with the `leaving` columns): the slot of its limit is freed, fenced
         # by the attempt that took it; its result is kept if it asked for
         # one (result_ttl); the `results` notification is sent at the end
         # of the statement, by `told` (see below), for those kept only.
         def after_leaving(
-            source: str, outcome: str, attempt: str, value: str = "NULL", error: str = "NULL"
+            source: str,
+            outcome: str,
+            attempt: str,
+            value: str = "NULL",
+            error: str = "NULL",
+            served: sql.Composable | None = None,
         ) -> sql.Composable:
             return sql.SQL(
-                """,
-{freed} AS (
-    UPDATE {slots} AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM {source} AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.{attempt}
-    RETURNING s.slot),
+                """,{freed},
 {kept} AS (
     INSERT INTO {results} AS r
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
@@ -728,7 +822,7 @@ RETURNING {jcols}"""
     RETURNING r.job_id)"""
             ).format(
                 source=sql.SQL(source),
-                freed=sql.SQL(f"{source}_freed"),
+                freed=freeing(source, attempt, served),
                 kept=sql.SQL(f"{source}_results"),
                 attempt=sql.SQL(attempt),
                 outcome=sql.SQL(outcome),
@@ -754,7 +848,7 @@ RETURNING {jcols}"""
                 sql.SQL(f"SELECT job_id FROM {src}_results") for src in sources
             )
             freed = sql.SQL("\n                        UNION ALL ").join(
-                sql.SQL(f"SELECT slot FROM {src}_freed") for src in sources
+                sql.SQL(f"SELECT slot FROM {src}_freed WHERE job_id IS NULL") for src in sources
             )
             return sql.SQL(
                 "(SELECT count(pg_notify({results_channel}, job_id::text))"
@@ -852,7 +946,7 @@ SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM failed),
         # at-least-once delivery allows. Enqueues are never relaxed.
         cycle = (
             "\nWITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),"
-            "{done},{failures},{limited}"
+            "{limited}{done},{failures},"
             """
 claimed AS ({claim})
 SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM done),
@@ -862,12 +956,32 @@ SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM done),
        {told},
        EXISTS (SELECT FROM {slots}),
        {wake},
+       {left_free},
        pg_stat_get_xact_tuples_returned({unlimited_index}::regclass)
   FROM relax"""
         )
         worker_done = sql.SQL(done).format(
             fence=sql.SQL(" AND locked_by = %(worker)s"), keep=keep_done, after=after_done, **names
         )
+
+        def handing_done(queues: bool, kinds: bool) -> sql.Composable:
+            """A worker's successes whose slots go to the next ready job of
+            their key that this worker may claim (`freeing`)."""
+            after = after_leaving(
+                "done", "'succeeded'", "attempts", "v.value", served=served_by(queues, kinds)
+            )
+            return sql.SQL(done).format(
+                fence=sql.SQL(" AND locked_by = %(worker)s"), keep=keep_done, after=after, **names
+            )
+
+        # How many slots the statement's outcomes left free (none handed on):
+        # a claim that can see them free may take them.
+        def left_free(*sources: str) -> sql.Composable:
+            freed = sql.SQL("\n                UNION ALL ").join(
+                sql.SQL(f"SELECT slot FROM {src}_freed WHERE job_id IS NULL") for src in sources
+            )
+            return sql.SQL("(SELECT count(*) FROM ({freed}) AS f)").format(freed=freed)
+
         # Most turns carry successes that hold no slot and keep no result,
         # and no failure: they leave that bookkeeping out of the statement
         # (`turn`). A plain success is deleted only if it is one, so a
@@ -887,9 +1001,20 @@ SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM done),
 
         # The worker's turn, by shape: see `turn`. Its last columns: in how
         # many seconds a key it left jobs of for want of a token has one;
-        # how many claim-index entries its transaction read (a worker's
-        # turn is a transaction of its own: the claim's walk).
-        self._turn_parts = (cycle, worker_done, plain_done, failure_ctes, no_failures, told, names)
+        # how many slots it left free; how many claim-index entries its
+        # transaction read (a worker's turn is a transaction of its own:
+        # the claim's walk, `pgqueue.core.heads`).
+        self._worker_done = worker_done
+        self._turn_parts = (
+            cycle,
+            handing_done,
+            plain_done,
+            failure_ctes,
+            no_failures,
+            told,
+            left_free,
+            names,
+        )
         # As shown in docs/design.md: a worker's turn and a claim, for the
         # default batch sizes.
         self.cycle = self.turn(False, False, False, 100)
@@ -1366,12 +1491,17 @@ SELECT EXISTS (SELECT FROM s), (SELECT id FROM job),
         it records none (and takes no failure parameters); if `plain`, its
         successes are those that hold no limit slot and keep no result
         (and it takes no result parameters)."""
-        cycle, full_done, plain_done, failure_ctes, no_failures, told, names = self._turn_parts
+        (cycle, handing_done, plain_done, failure_ctes, no_failures, told, left_free, names) = (
+            self._turn_parts
+        )
         wake = "(SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)"
         limited_max = limit if limited_max is None else min(limited_max, limit)
 
         def render() -> bytes:
             sources = ["done"] * (not plain) + ["failed_rows", "cancelled"] * failures
+            # Successes hand their slots on when the turn claims limited jobs
+            # (`settle`, a turn that claims nothing, hands nothing on).
+            handed = limited and not plain and limit > 0
             ctes, update = self._claim_parts(
                 queues,
                 kinds,
@@ -1380,8 +1510,10 @@ SELECT EXISTS (SELECT FROM s), (SELECT id FROM job),
                 worker=True,
                 limited_jobs=limited,
                 limited_max=limited_max,
+                handed=handed,
             )
             ctes = ctes + sql.SQL(",") if limited else ctes
+            full_done = handing_done(queues, kinds) if handed else self._worker_done
             return _render(
                 cycle,
                 done=plain_done if plain else full_done,
@@ -1390,6 +1522,7 @@ SELECT EXISTS (SELECT FROM s), (SELECT id FROM job),
                 claim=update,
                 told=told(*sources) if sources else sql.SQL("0"),
                 wake=sql.SQL(wake if limited else "NULL::double precision"),
+                left_free=left_free(*sources) if sources else sql.SQL("0"),
                 **names,
             )
 

@@ -651,6 +651,64 @@ async def test_a_stale_worker_cannot_free_the_slot_of_a_newer_claim(queue: Any, 
     assert [j.id for j in await queue.claim(5, worker="other")] == [waiting]
 
 
+async def test_a_success_hands_its_slot_to_the_next_job_of_its_key_in_the_same_turn(
+    queue: Any, raw: Raw
+) -> None:
+    await queue.set_limit("one", 1)
+    first, second, third = await queue.enqueue_many(
+        [JobSpec("k", {"n": n}, limit_key="one") for n in range(3)]
+    )
+    [job] = await queue.claim(5, worker="w")
+    assert job.id == first
+    # The turn that records the success claims the next job of the key, on
+    # the slot the success held: no claim in between could take the slot.
+    turn = await queue.cycle([first], [], worker="w", limit=5)
+    assert turn.completed == [first]
+    assert [j.id for j in turn.claimed] == [second]
+    assert turn.slots_left_free == 0
+    assert taken_slots(raw, queue.table, "one") == [(1, second, 1)]
+    assert await queue.claim(5, worker="other") == []
+    # A failure frees its slot (the job waits out its backoff); the last
+    # success finds no job of its key ready and leaves its slot free.
+    [job] = (await queue.cycle([second], [], worker="w", limit=5)).claimed
+    assert job.id == third
+    turn = await queue.cycle([third], [], worker="w", limit=5)
+    assert (turn.claimed, turn.slots_left_free) == ([], 1)
+    assert taken_slots(raw, queue.table, "one") == []
+    assert await queue.limits() == [pgqueue.LimitState("one", 1, 0, 0, True)]
+
+
+async def test_a_slot_is_handed_only_to_a_job_the_worker_may_run_within_the_limit(
+    queue: Any, raw: Raw
+) -> None:
+    await queue.set_limit("one", 2)
+    a, b = await queue.enqueue_many([JobSpec("a", limit_key="one") for _ in range(2)])
+    other_kind = await queue.enqueue("b", limit_key="one")
+    [ja, jb] = await queue.claim(5, worker="w", kinds=["a"])
+    assert {ja.id, jb.id} == {a, b}
+    # Of another kind than the worker serves: not handed; the slot is free.
+    turn = await queue.cycle([a], [], worker="w", limit=5, kinds=["a"])
+    assert (turn.claimed, turn.slots_left_free) == ([], 1)
+    # A lowered limit: the slot of a job above it is not handed on either.
+    c = await queue.enqueue("a", limit_key="one")
+    await queue.set_limit("one", 1)
+    assert {s for s, _, _ in taken_slots(raw, queue.table, "one")} == {2}
+    turn = await queue.cycle([b], [], worker="w", limit=5)
+    assert (turn.claimed, turn.slots_left_free) == ([], 1)
+    # Within the limit again, a claim takes the slot; the handed-on chain
+    # then runs the key's jobs one at a time, in order.
+    [job] = await queue.claim(5, worker="w")
+    assert job.id == other_kind
+    turn = await queue.cycle([other_kind], [], worker="w", limit=5)
+    assert [j.id for j in turn.claimed] == [c]
+    # A key with a rate: its tokens decide, so a success hands nothing on.
+    await queue.set_rate("one", per_second=1000, burst=10)
+    d = await queue.enqueue("a", limit_key="one")
+    turn = await queue.cycle([c], [], worker="w", limit=5)
+    assert turn.slots_left_free == 1
+    assert [j.id for j in turn.claimed] in ([], [d])  # a token, in a claim that saw the slot free
+
+
 async def test_lowering_a_limit_holds_claims_until_running_jobs_drop_below_it(
     queue: Any, raw: Raw
 ) -> None:

@@ -131,11 +131,21 @@ class FakeQueue:
         if self.claim_limit is not None and limit > self.claim_limit:
             raise psycopg.errors.QueryCanceled("canceling statement due to statement timeout")
         # As the real statement: its claim sees the limits' slots as they were
-        # before its outcomes freed any.
+        # before its outcomes freed any, and the slot of each success goes to
+        # the next ready job of its key that the worker may claim.
         free = self._free_slots()
+        held = [self.jobs[i] for i in succeeded if self._held_by(i, worker)]
+        handing = Counter(j.limit_key for j in held if j.limit_key is not None and limit > 0)
+        failing = [self.jobs[f.job_id] for f in failures if f.job_id in self.jobs]
+        freed_by_failures = sum(1 for j in failing if j.limit_key is not None)
         done, written = self._settle(succeeded, failures, worker, results)
-        claimed = self._claim(worker, limit, kinds, queues, orphans=False, free=free)
-        return Cycle(done, written, claimed)
+        claimed = self._claim(worker, limit, kinds, queues, orphans=False, free=free + handing)
+        taken = Counter(j.limit_key for j in claimed if j.limit_key is not None)
+        handed = sum(min(n, max(0, taken[key] - free[key])) for key, n in handing.items())
+        left_free = sum(handing.values()) - handed + freed_by_failures
+        if limit == 0:
+            left_free = sum(1 for j in held if j.limit_key is not None) + freed_by_failures
+        return Cycle(done, written, claimed, slots_left_free=left_free)
 
     async def settle(
         self,

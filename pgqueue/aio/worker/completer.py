@@ -167,7 +167,7 @@ class Completer:
             self.ledger.unwrite(job.id for job, _ in batch)
             self.progress.notify()
             raise
-        self._recorded(batch, turn.completed, turn.failed)
+        self._recorded(batch, turn.completed, turn.failed, turn.slots_left_free > 0)
         return turn.claimed, len(batch), turn.token_in, turn.walked
 
     async def write(self) -> None:
@@ -184,7 +184,7 @@ class Completer:
             self.ledger.unwrite(job.id for job, _ in batch)
             self.progress.notify()
             raise
-        self._recorded(batch, done, written)
+        self._recorded(batch, done, written, any(job.limit_key is not None for job, _ in batch))
 
     def _take(self) -> list[tuple[Job, Outcome]]:
         batch = self.ledger.take_done()
@@ -193,8 +193,13 @@ class Completer:
         return batch
 
     def _recorded(
-        self, batch: list[tuple[Job, Outcome]], done: list[int], written: dict[int, JobStatus]
+        self,
+        batch: list[tuple[Job, Outcome]],
+        done: list[int],
+        written: dict[int, JobStatus],
+        slots_freed: bool,
     ) -> None:
+        """The batch is written; ``slots_freed``: it left limit slots free."""
         if not batch:
             return
         # Outcomes the database refused (their lease had expired) are over too.
@@ -202,7 +207,7 @@ class Completer:
         self.reporter.written(batch, done, written)
         self.progress.notify()
         # The statement that freed a slot could not see it free: a claim can now.
-        if any(job.limit_key is not None for job, _ in batch):
+        if slots_freed:
             self.slot_freed()
 
     async def run(self) -> None:

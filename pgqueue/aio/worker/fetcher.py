@@ -183,15 +183,22 @@ class Fetcher:
         self.reached.set()
         self._token_at = float("inf") if token_in is None else anyio.current_time() + token_in
         if jobs:
+            # A claim that came back short took every job it could (unless its
+            # batch was cut by its payloads' size): no claim earlier next
+            # time, and none at the low-water mark until there is news (a
+            # notification, a slot freed, the poll), as after an empty one.
+            short = len(jobs) < self._limit and self.settings.claim_bytes is None
             # Ran dry waiting: claim earlier. Plenty left: claim later.
             if self.ledger.unstarted == 0:
-                self._starved = True
+                self._starved = not short
             elif self.ledger.unstarted > self.runners.low_water:
                 self._starved = False
             jobs = await self._new_to_this_worker(jobs)
             if self.reporter.wanted:
                 self.reporter.claimed(jobs)
             self.runners.hand_out(jobs)
+            if short and self._in_flight == 0 and not self._slot_freed:
+                self._found_nothing = False
         else:
             # Nothing came: no second claim beside one still in flight (two
             # empty claims could otherwise keep each other going).

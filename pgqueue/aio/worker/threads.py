@@ -113,15 +113,19 @@ class Threads:
 
     def take(self) -> Chunk:
         """Begin the next claimed jobs, while they are chunk jobs: a fair share
-        of the batch. (Fewer jobs than runners are shared out by `steal`.)"""
+        of the batch, but a job of a kind that was slow last time alone (the
+        next runner begins the next job at once). (Fewer jobs than runners
+        are shared out by `steal`.)"""
         ledger, share = self.ledger, max(1, self.settings.batch_size // self.settings.concurrency)
-        worker, runs = self.settings.name, list[JobContext]()
+        worker, runs, slow = self.settings.name, list[JobContext](), self._slow
         while len(runs) < share:
             job = ledger.next_unstarted()
-            if job is None or not self.takes(job.kind):
+            if job is None or not self.takes(job.kind) or (runs and job.kind in slow):
                 break
             ledger.start_next()
             runs.append(JobContext(job, worker))
+            if job.kind in slow:
+                break
         return self._chunk(runs)
 
     def steal(self) -> tuple[Chunk | None, float | None]:

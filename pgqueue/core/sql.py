@@ -946,6 +946,8 @@ SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM failed),
         # at-least-once delivery allows. Enqueues are never relaxed.
         cycle = (
             "\nWITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),"
+            "\nread AS MATERIALIZED ("
+            "SELECT pg_stat_get_xact_tuples_returned({unlimited_index}::regclass) AS before),"
             "{limited}{done},{failures},"
             """
 claimed AS ({claim})
@@ -957,8 +959,8 @@ SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM done),
        EXISTS (SELECT FROM {slots}),
        {wake},
        {left_free},
-       pg_stat_get_xact_tuples_returned({unlimited_index}::regclass)
-  FROM relax"""
+       pg_stat_get_xact_tuples_returned({unlimited_index}::regclass) - read.before
+  FROM relax, read"""
         )
         worker_done = sql.SQL(done).format(
             fence=sql.SQL(" AND locked_by = %(worker)s"), keep=keep_done, after=after_done, **names
@@ -1001,9 +1003,11 @@ SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM done),
 
         # The worker's turn, by shape: see `turn`. Its last columns: in how
         # many seconds a key it left jobs of for want of a token has one;
-        # how many slots it left free; how many claim-index entries its
-        # transaction read (a worker's turn is a transaction of its own:
-        # the claim's walk, `pgqueue.core.heads`).
+        # how many slots it left free; how many claim-index entries it read
+        # (`pgqueue.core.heads`). The server counts the entries a backend
+        # read since it last reported its statistics (about once a second,
+        # whatever the function's name says): `read`, scanned before the
+        # columns are, holds the count before the claim.
         self._worker_done = worker_done
         self._turn_parts = (
             cycle,

@@ -126,6 +126,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 
 -- ==== _rendered[('turn', False, False, False, 100, True, 100, True, False)]
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -432,8 +433,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
-       pg_stat_get_xact_tuples_returned('"sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_unlimited"'::regclass)
-  FROM relax
+       pg_stat_get_xact_tuples_returned('"sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== allocate_ids
 SELECT now(), array(SELECT nextval((SELECT pg_get_serial_sequence(%s, 'id')::regclass))
@@ -644,6 +645,7 @@ COPY "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjj
 
 -- ==== cycle
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -950,8 +952,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
-       pg_stat_get_xact_tuples_returned('"sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_unlimited"'::regclass)
-  FROM relax
+       pg_stat_get_xact_tuples_returned('"sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== enqueue
 WITH job AS (
@@ -2269,6 +2271,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 
 -- ==== turn(queues=True kinds=True budget=True limited=True failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -2551,11 +2554,12 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
-       pg_stat_get_xact_tuples_returned('"sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_unlimited"'::regclass)
-  FROM relax
+       pg_stat_get_xact_tuples_returned('"sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=True limited=True failures=True plain=False limited_max=5)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -2838,8 +2842,8 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
-       pg_stat_get_xact_tuples_returned('"sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_unlimited"'::regclass)
-  FROM relax
+       pg_stat_get_xact_tuples_returned('"sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== migration 1, step 1
 CREATE TABLE IF NOT EXISTS "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj" (

@@ -29,8 +29,6 @@ head waits at most about `RESCAN_EVERY` seconds.
 No I/O here: the fetcher owns one `Heads`, asks it what to send with each
 claim (`Heads.send`) and tells it what came back (`Heads.landed`).
 
->>> from datetime import datetime, timezone
->>> from pgqueue.core.jobs import Job
 >>> heads = Heads()
 >>> heads.send(now=0.0).params()["head_ids"]   # not in use: an ordinary claim
 []
@@ -124,8 +122,29 @@ class Heads:
     ) -> None:
         """A claim sent with ``sent`` claimed ``jobs`` (of at most ``limit``),
         reading ``walked`` claim-index entries, and came back at ``now``."""
-        behind = 0
-        claimed = 0
+        walking = walked > WALK_FACTOR * limit + WALK_SLACK
+        if not self._in_use and not walking:
+            return  # the common case: nothing to remember
+        claimed, behind = self._remember(jobs)
+        if sent.heads:
+            return
+        if walking:
+            if not self._in_use:
+                self._in_use = True
+                # The claim just made read everything: the next may use heads.
+                self._rescan_at = now + self.rescan_every
+            elif sent.rescan:
+                # More may be behind the heads than one batch: look again now.
+                full = claimed >= limit and behind > 0
+                self._rescan_at = now if full else now + self.rescan_every
+        elif sent.rescan:
+            self._in_use = False
+            self._heads.clear()
+
+    def _remember(self, jobs: Iterable[Job]) -> tuple[int, int]:
+        """Move the heads to the jobs claimed; how many were claimed, and how
+        many of them were behind their level's head."""
+        claimed = behind = 0
         for job in jobs:
             claimed += 1
             if job.limit_key is not None:
@@ -139,16 +158,4 @@ class Heads:
                 self._heads[key] = mark
             else:
                 behind += 1
-        if sent.heads:
-            return
-        if walked > WALK_FACTOR * limit + WALK_SLACK:
-            if not self._in_use:
-                self._in_use = True
-                # The claim just made read everything: the next may use heads.
-                self._rescan_at = now + self.rescan_every
-            elif sent.rescan:
-                # More may be behind the heads than one batch: look again now.
-                full = claimed >= limit and behind > 0
-                self._rescan_at = now if full else now + self.rescan_every
-        elif self._in_use and sent.rescan:
-            self._in_use = False
+        return claimed, behind

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 from pgqueue.core.heads import NO_HEADS, WALK_FACTOR, WALK_SLACK, Heads
@@ -45,7 +46,7 @@ def test_heads_are_the_last_job_claimed_in_each_level() -> None:
     sent = heads.send(now=1.0)
     assert dict(sent.heads) == {("default", 0): (T0 + timedelta(seconds=1), 2),
                                 ("default", 4): (T0, 3)}  # fmt: skip
-    assert sent.params()["head_ids"] == [2, 3]
+    assert [h["id"] for h in json.loads(sent.params()["heads"])] == [2, 3]
     # A job behind a head (claimed by a rescan) does not move it back.
     heads.landed(heads.send(now=9.0), [job(0, -60)], walked=WALKED, limit=LIMIT, now=9.0)
     assert dict(heads.send(now=9.5).heads)[("default", 0)] == (T0 + timedelta(seconds=1), 2)

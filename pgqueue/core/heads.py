@@ -30,12 +30,13 @@ No I/O here: the fetcher owns one `Heads`, asks it what to send with each
 claim (`Heads.send`) and tells it what came back (`Heads.landed`).
 
 >>> heads = Heads()
->>> heads.send(now=0.0).params()["head_ids"]   # not in use: an ordinary claim
-[]
+>>> heads.send(now=0.0).params()   # not in use: an ordinary claim
+{'heads': '[]'}
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -79,12 +80,14 @@ class ClaimHeads:
     """A claim without heads while heads are in use."""
 
     def params(self) -> dict[str, Any]:
-        """The statement's ``head_*`` parameters."""
+        """The statement's ``heads`` parameter: a JSON array of levels."""
         return {
-            "head_queues": [q for (q, _), _ in self.heads],
-            "head_priorities": [p for (_, p), _ in self.heads],
-            "head_run_ats": [r for _, (r, _) in self.heads],
-            "head_ids": [i for _, (_, i) in self.heads],
+            "heads": json.dumps(
+                [
+                    {"queue": q, "priority": p, "run_at": r.isoformat(), "id": i}
+                    for (q, p), (r, i) in self.heads
+                ]
+            )
         }
 
 

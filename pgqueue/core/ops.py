@@ -475,14 +475,22 @@ class QueueCore:
         plain: bool = False,
         heads: ClaimHeads = NO_HEADS,
     ) -> Operation[Cycle]:
-        claim = {**claim, **heads.params()}
+        # Without heads the turn is the statement it was before they existed.
+        with_heads = bool(heads.heads)
+        claim = {**claim, **heads.params()} if with_heads else dict(claim)
         limit = claim.pop("limit")
         limited_max = claim.pop("limited_max", limit)
         shape = ("queues" in claim, "kinds" in claim, "claim_bytes" in claim)
         limited = self.limits_in_use
         plain = plain and not results
         statement = self.sql.turn(
-            *shape, limit, limited, limited_max, failures=bool(failures), plain=plain
+            *shape,
+            limit,
+            limited,
+            limited_max,
+            failures=bool(failures),
+            plain=plain,
+            heads=with_heads,
         )
         params = {**claim, "worker": worker, "done": list(succeeded)}
         if failures:
@@ -510,7 +518,13 @@ class QueueCore:
                 # of the batch again, limited jobs included, at once.
                 more = limit - len(claimed)
                 again = self.sql.turn(
-                    *shape, more, True, min(limited_max, more), failures=False, plain=True
+                    *shape,
+                    more,
+                    True,
+                    min(limited_max, more),
+                    failures=False,
+                    plain=True,
+                    heads=with_heads,
                 )
                 nothing = {**claim, "worker": worker, "done": []}
                 ((_, _, _, more, _, _, token_in, _, _),) = yield Query(again, nothing)

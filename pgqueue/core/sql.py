@@ -380,18 +380,22 @@ found(queue) AS (
       FROM found AS f WHERE f.queue IS NOT NULL)"""
         given_queues = """
 found(queue) AS (SELECT unnest(%(queues)s::text[]))"""
-        # A worker's claim may be given heads (`pgqueue.core.heads`): for a
+        # A worker's claim may be given heads (`pgqueue.core.heads`, a JSON
+        # array: the planner guesses as many rows of it whatever it holds,
+        # so that the statement's generic plan costs what its custom plans
+        # do and is kept; from arrays, unnest's row estimate followed the
+        # values, and every turn was planned anew, 1.5 ms). For a
         # level, the (run_at, id) of the last job it claimed there. Entries
         # of the level up to its head are taken as gone (under a held
         # snapshot they are dead entries, which every probe would otherwise
         # step over one by one): the pick starts after the head, and the
         # walks below never step into those entries; a level with a head
-        # is a level, whether or not a live job is left in it. With no
-        # heads (empty arrays), the claim is the one above.
-        heads = """
+        # is a level, whether or not a live job is left in it. A turn sent
+        # without heads leaves all of this out: its claim is the one above.
+        heads_cte = """
 heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),"""
+    SELECT * FROM jsonb_to_recordset(%(heads)s::jsonb)
+        AS h(queue text, priority smallint, run_at timestamptz, id bigint)),"""
         # The queues with pending jobs, each probe bounded by the next
         # queue's first head (before: that head's level and all above it).
         every_queue_after_heads = """
@@ -617,6 +621,7 @@ RETURNING {jcols}"""
             limited_jobs: bool = True,
             limited_max: int | None = None,
             handed: bool = False,
+            heads: bool = False,
         ) -> tuple[sql.Composable, sql.Composable]:
             """The claim's CTEs of limited jobs (none without `limited_jobs`),
             and its UPDATE; a worker's (`worker`) leaves orphaned jobs out of
@@ -632,12 +637,12 @@ RETURNING {jcols}"""
                 ),
                 kind_filter=sql.SQL(" AND kind = k.kind" if kinds else ""),
                 orphans=no_orphans if worker else sql.SQL(""),
-                level_head=sql.SQL(level_head if worker else ""),
-                after_head=sql.SQL(after_head if worker else ""),
+                level_head=sql.SQL(level_head if heads else ""),
+                after_head=sql.SQL(after_head if heads else ""),
                 size=payload_size if budget else sql.SQL("0"),
                 **names,
             )
-            if worker:
+            if heads:
                 found = sql.SQL(given_queues if queues else every_queue_after_heads).format(
                     first_queue=sql.SQL(queue_probe).format(after=sql.SQL(""), **names),
                     next_queue=sql.SQL(queue_probe).format(
@@ -653,7 +658,7 @@ RETURNING {jcols}"""
                 found = sql.SQL(given_queues if queues else every_queue).format(**names)
                 walk = sql.SQL(levels).format(**names)
             update = sql.SQL(claim).format(
-                heads=sql.SQL(heads if worker else ""),
+                heads=sql.SQL(heads_cte if heads else ""),
                 found=found,
                 levels=walk,
                 pick=picked,
@@ -1022,6 +1027,7 @@ SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM done),
         # As shown in docs/design.md: a worker's turn and a claim, for the
         # default batch sizes.
         self.cycle = self.turn(False, False, False, 100)
+        self.cycle_with_heads = self.turn(False, False, False, 100, heads=True)
         self.claim = self.claim_for(False, False, 20)
 
         # The reaper, step 0: one reaper at a time per table; the others skip.
@@ -1487,6 +1493,7 @@ SELECT EXISTS (SELECT FROM s), (SELECT id FROM job),
         *,
         failures: bool = True,
         plain: bool = False,
+        heads: bool = False,
     ) -> bytes:
         """A worker's turn (see the ``cycle`` template above) claiming up to
         `limit` jobs, with ``queues``, ``kinds`` and ``claim_bytes``
@@ -1494,7 +1501,9 @@ SELECT EXISTS (SELECT FROM s), (SELECT id FROM job),
         most `limited_max` of them (default: `limit`). Without `failures`,
         it records none (and takes no failure parameters); if `plain`, its
         successes are those that hold no limit slot and keep no result
-        (and it takes no result parameters)."""
+        (and it takes no result parameters). With `heads`, its claim starts
+        each level after its head (a ``heads`` parameter: `pgqueue.core.heads`);
+        without, it is the claim it was before heads existed."""
         (cycle, handing_done, plain_done, failure_ctes, no_failures, told, left_free, names) = (
             self._turn_parts
         )
@@ -1515,6 +1524,7 @@ SELECT EXISTS (SELECT FROM s), (SELECT id FROM job),
                 limited_jobs=limited,
                 limited_max=limited_max,
                 handed=handed,
+                heads=heads,
             )
             ctes = ctes + sql.SQL(",") if limited else ctes
             full_done = handing_done(queues, kinds) if handed else self._worker_done
@@ -1530,7 +1540,7 @@ SELECT EXISTS (SELECT FROM s), (SELECT id FROM job),
                 **names,
             )
 
-        shape = (queues, kinds, budget, limit, limited, limited_max, failures, plain)
+        shape = (queues, kinds, budget, limit, limited, limited_max, failures, plain, heads)
         return self._remember(("turn", *shape), render)
 
 

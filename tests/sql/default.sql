@@ -124,7 +124,273 @@ SELECT id FROM picked
  LIMIT 20 - (SELECT count(*) FROM limited)))
 RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
 
--- ==== _rendered[('turn', False, False, False, 100, True, 100, True, False)]
+-- ==== _rendered[('turn', False, False, False, 100, True, 100, True, False, False)]
+WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+bucket AS (
+    SELECT m.limit_key, m.per_second,
+           least(m.burst, m.tokens + m.per_second
+                 * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
+      FROM "pgqueue_jobs_limits" AS m
+     WHERE m.per_second IS NOT NULL
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused)
+             LIMIT 1)
+       FOR UPDATE SKIP LOCKED),
+free AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM (SELECT limit_key, slot FROM "pgqueue_jobs_limit_slots" AS s
+             WHERE job_id IS NULL
+               -- Within the limit, and none taken above it (a lowered
+               -- limit): slots above it are never taken again, only freed,
+               -- so one seen taken from an older snapshot errs on the safe
+               -- side. Every slot taken is then within the limit.
+               AND slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                      WHERE m.limit_key = s.limit_key), 1)
+               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                                WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                                  AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                          WHERE m.limit_key = s.limit_key), 1))
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused)
+                     LIMIT 1)
+               -- A key with a rate: only with a token, in a bucket this claim holds.
+               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                                WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
+                                  AND NOT EXISTS (SELECT FROM bucket AS b
+                                                   WHERE b.limit_key = r.limit_key
+                                                     AND b.tokens >= 1))
+             ORDER BY limit_key, slot
+             LIMIT 100
+             FOR UPDATE SKIP LOCKED) AS s),
+limited AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT f.limit_key, least(count(*), min(floor(b.tokens))::bigint) AS free
+              FROM free AS f LEFT JOIN bucket AS b ON b.limit_key = f.limit_key
+             GROUP BY f.limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused)
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN free AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+taken AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET job_id = l.id, attempt = l.attempts + 1, taken_at = now()
+      FROM limited AS l
+     WHERE s.limit_key = l.limit_key AND s.slot = l.slot),
+spent AS (
+    UPDATE "pgqueue_jobs_limits" AS m
+       SET tokens = b.tokens - (SELECT count(*) FROM limited AS l
+                                 WHERE l.limit_key = b.limit_key),
+           refilled_at = now()
+      FROM bucket AS b
+     WHERE m.limit_key = b.limit_key
+    RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused)
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed_rows AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error),
+failed_rows_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "pgqueue_jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
+              COALESCE(f.error, j.last_error) AS last_error),
+cancelled_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+claimed AS (
+UPDATE "pgqueue_jobs" AS j
+   SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
+ WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
+WITH RECURSIVE
+found(queue) AS (
+    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+  UNION ALL
+    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
+      FROM found AS f WHERE f.queue IS NOT NULL),
+served(queue) AS (
+    SELECT queue FROM found
+     WHERE queue IS NOT NULL
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
+levels(queue, priority) AS (
+    SELECT s.queue,
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
+  UNION ALL
+    SELECT l.queue,
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
+picked AS (
+    SELECT p.priority, x.run_at, x.id, x.size
+      FROM (SELECT DISTINCT priority FROM levels
+             WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
+     CROSS JOIN LATERAL (
+           SELECT c.run_at, c.id, c.size
+             FROM levels AS l
+            CROSS JOIN LATERAL (
+                  SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
+                   WHERE status = 'pending' AND limit_key IS NULL
+                     AND queue = l.queue AND priority = l.priority
+                     AND run_at <= now()
+                     AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
+                   ORDER BY run_at, id
+                   LIMIT 100
+                   FOR UPDATE SKIP LOCKED) AS c
+            WHERE l.priority = p.priority
+            ORDER BY c.run_at, c.id
+            LIMIT 100) AS x
+     LIMIT 100)
+SELECT id FROM picked
+ LIMIT greatest(0, 100 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
+       (SELECT coalesce(array_agg(id), '{}') FROM failed),
+       (SELECT coalesce(array_agg(status), '{}') FROM failed),
+       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
+          FROM (SELECT job_id FROM done_results
+                UNION ALL SELECT job_id FROM failed_rows_results
+                UNION ALL SELECT job_id FROM cancelled_results) AS k)
+       + (SELECT count(pg_notify('pgqueue_jobs', ''))
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
+       EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
+
+-- ==== _rendered[('turn', False, False, False, 100, True, 100, True, False, True)]
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
@@ -327,8 +593,8 @@ UPDATE "pgqueue_jobs" AS j
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
 WITH RECURSIVE
 heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
+    SELECT * FROM jsonb_to_recordset(%(heads)s::jsonb)
+        AS h(queue text, priority smallint, run_at timestamptz, id bigint)),
 found(queue) AS (
     SELECT CASE WHEN z.queue IS NULL THEN
            (SELECT min(queue) FROM "pgqueue_jobs"
@@ -841,9 +1107,275 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
 WITH RECURSIVE
+found(queue) AS (
+    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
+  UNION ALL
+    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
+      FROM found AS f WHERE f.queue IS NOT NULL),
+served(queue) AS (
+    SELECT queue FROM found
+     WHERE queue IS NOT NULL
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
+levels(queue, priority) AS (
+    SELECT s.queue,
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
+  UNION ALL
+    SELECT l.queue,
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
+picked AS (
+    SELECT p.priority, x.run_at, x.id, x.size
+      FROM (SELECT DISTINCT priority FROM levels
+             WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
+     CROSS JOIN LATERAL (
+           SELECT c.run_at, c.id, c.size
+             FROM levels AS l
+            CROSS JOIN LATERAL (
+                  SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
+                   WHERE status = 'pending' AND limit_key IS NULL
+                     AND queue = l.queue AND priority = l.priority
+                     AND run_at <= now()
+                     AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
+                   ORDER BY run_at, id
+                   LIMIT 100
+                   FOR UPDATE SKIP LOCKED) AS c
+            WHERE l.priority = p.priority
+            ORDER BY c.run_at, c.id
+            LIMIT 100) AS x
+     LIMIT 100)
+SELECT id FROM picked
+ LIMIT greatest(0, 100 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
+       (SELECT coalesce(array_agg(id), '{}') FROM failed),
+       (SELECT coalesce(array_agg(status), '{}') FROM failed),
+       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
+          FROM (SELECT job_id FROM done_results
+                UNION ALL SELECT job_id FROM failed_rows_results
+                UNION ALL SELECT job_id FROM cancelled_results) AS k)
+       + (SELECT count(pg_notify('pgqueue_jobs', ''))
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
+       EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
+
+-- ==== cycle_with_heads
+WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+bucket AS (
+    SELECT m.limit_key, m.per_second,
+           least(m.burst, m.tokens + m.per_second
+                 * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
+      FROM "pgqueue_jobs_limits" AS m
+     WHERE m.per_second IS NOT NULL
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused)
+             LIMIT 1)
+       FOR UPDATE SKIP LOCKED),
+free AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM (SELECT limit_key, slot FROM "pgqueue_jobs_limit_slots" AS s
+             WHERE job_id IS NULL
+               -- Within the limit, and none taken above it (a lowered
+               -- limit): slots above it are never taken again, only freed,
+               -- so one seen taken from an older snapshot errs on the safe
+               -- side. Every slot taken is then within the limit.
+               AND slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                      WHERE m.limit_key = s.limit_key), 1)
+               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                                WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                                  AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                          WHERE m.limit_key = s.limit_key), 1))
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused)
+                     LIMIT 1)
+               -- A key with a rate: only with a token, in a bucket this claim holds.
+               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                                WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
+                                  AND NOT EXISTS (SELECT FROM bucket AS b
+                                                   WHERE b.limit_key = r.limit_key
+                                                     AND b.tokens >= 1))
+             ORDER BY limit_key, slot
+             LIMIT 100
+             FOR UPDATE SKIP LOCKED) AS s),
+limited AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT f.limit_key, least(count(*), min(floor(b.tokens))::bigint) AS free
+              FROM free AS f LEFT JOIN bucket AS b ON b.limit_key = f.limit_key
+             GROUP BY f.limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused)
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN free AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+taken AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET job_id = l.id, attempt = l.attempts + 1, taken_at = now()
+      FROM limited AS l
+     WHERE s.limit_key = l.limit_key AND s.slot = l.slot),
+spent AS (
+    UPDATE "pgqueue_jobs_limits" AS m
+       SET tokens = b.tokens - (SELECT count(*) FROM limited AS l
+                                 WHERE l.limit_key = b.limit_key),
+           refilled_at = now()
+      FROM bucket AS b
+     WHERE m.limit_key = b.limit_key
+    RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused)
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed_rows AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error),
+failed_rows_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "pgqueue_jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
+              COALESCE(f.error, j.last_error) AS last_error),
+cancelled_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+claimed AS (
+UPDATE "pgqueue_jobs" AS j
+   SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
+ WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
+WITH RECURSIVE
 heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
+    SELECT * FROM jsonb_to_recordset(%(heads)s::jsonb)
+        AS h(queue text, priority smallint, run_at timestamptz, id bigint)),
 found(queue) AS (
     SELECT CASE WHEN z.queue IS NULL THEN
            (SELECT min(queue) FROM "pgqueue_jobs"
@@ -2291,68 +2823,27 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM (SELECT (SELECT h.queue FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
-                   (SELECT h.priority FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
+    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
   UNION ALL
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM found AS f
-      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
-                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
-     WHERE f.queue IS NOT NULL),
+    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
+      FROM found AS f WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -2360,13 +2851,10 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -2405,68 +2893,27 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM (SELECT (SELECT h.queue FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
-                   (SELECT h.priority FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
+    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
   UNION ALL
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM found AS f
-      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
-                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
-     WHERE f.queue IS NOT NULL),
+    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
+      FROM found AS f WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -2474,13 +2921,10 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -2600,68 +3044,27 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM (SELECT (SELECT h.queue FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
-                   (SELECT h.priority FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
+    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
   UNION ALL
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM found AS f
-      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
-                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
-     WHERE f.queue IS NOT NULL),
+    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
+      FROM found AS f WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -2669,13 +3072,10 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -2787,68 +3187,27 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM (SELECT (SELECT h.queue FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
-                   (SELECT h.priority FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
+    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
   UNION ALL
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM found AS f
-      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
-                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
-     WHERE f.queue IS NOT NULL),
+    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
+      FROM found AS f WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -2856,13 +3215,10 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -3026,68 +3382,27 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM (SELECT (SELECT h.queue FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
-                   (SELECT h.priority FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
+    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
   UNION ALL
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM found AS f
-      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
-                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
-     WHERE f.queue IS NOT NULL),
+    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
+      FROM found AS f WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -3095,13 +3410,10 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -3215,68 +3527,27 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM (SELECT (SELECT h.queue FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
-                   (SELECT h.priority FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
+    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
   UNION ALL
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM found AS f
-      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
-                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
-     WHERE f.queue IS NOT NULL),
+    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
+      FROM found AS f WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -3284,13 +3555,10 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -3516,68 +3784,27 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM (SELECT (SELECT h.queue FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
-                   (SELECT h.priority FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
+    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
   UNION ALL
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM found AS f
-      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
-                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
-     WHERE f.queue IS NOT NULL),
+    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
+      FROM found AS f WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -3585,13 +3812,10 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -3778,68 +4002,27 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM (SELECT (SELECT h.queue FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
-                   (SELECT h.priority FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
+    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
   UNION ALL
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM found AS f
-      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
-                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
-     WHERE f.queue IS NOT NULL),
+    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
+      FROM found AS f WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -3847,13 +4030,10 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -3913,68 +4093,27 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM (SELECT (SELECT h.queue FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
-                   (SELECT h.priority FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
+    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
   UNION ALL
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM found AS f
-      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
-                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
-     WHERE f.queue IS NOT NULL),
+    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
+      FROM found AS f WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -3982,13 +4121,10 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -4030,68 +4166,27 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM (SELECT (SELECT h.queue FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
-                   (SELECT h.priority FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
+    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
   UNION ALL
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM found AS f
-      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
-                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
-     WHERE f.queue IS NOT NULL),
+    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
+      FROM found AS f WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -4099,13 +4194,10 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -4228,68 +4320,27 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM (SELECT (SELECT h.queue FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
-                   (SELECT h.priority FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
+    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
   UNION ALL
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM found AS f
-      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
-                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
-     WHERE f.queue IS NOT NULL),
+    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
+      FROM found AS f WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -4297,13 +4348,10 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -4418,68 +4466,27 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM (SELECT (SELECT h.queue FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
-                   (SELECT h.priority FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
+    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
   UNION ALL
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM found AS f
-      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
-                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
-     WHERE f.queue IS NOT NULL),
+    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
+      FROM found AS f WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -4487,13 +4494,10 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -4660,68 +4664,27 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM (SELECT (SELECT h.queue FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
-                   (SELECT h.priority FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
+    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
   UNION ALL
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM found AS f
-      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
-                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
-     WHERE f.queue IS NOT NULL),
+    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
+      FROM found AS f WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -4729,13 +4692,10 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -4852,68 +4812,27 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM (SELECT (SELECT h.queue FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
-                   (SELECT h.priority FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
+    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
   UNION ALL
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM found AS f
-      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
-                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
-     WHERE f.queue IS NOT NULL),
+    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
+      FROM found AS f WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -4921,13 +4840,10 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -5156,68 +5072,27 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM (SELECT (SELECT h.queue FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
-                   (SELECT h.priority FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
+    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
   UNION ALL
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM found AS f
-      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
-                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
-     WHERE f.queue IS NOT NULL),
+    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
+      FROM found AS f WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -5225,13 +5100,10 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -5421,68 +5293,27 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM (SELECT (SELECT h.queue FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
-                   (SELECT h.priority FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
+    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
   UNION ALL
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM found AS f
-      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
-                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
-     WHERE f.queue IS NOT NULL),
+    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
+      FROM found AS f WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -5490,13 +5321,10 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -5559,82 +5387,38 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM (SELECT (SELECT h.queue FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
-                   (SELECT h.priority FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
+    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
   UNION ALL
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM found AS f
-      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
-                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
-     WHERE f.queue IS NOT NULL),
+    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
+      FROM found AS f WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -5673,82 +5457,38 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM (SELECT (SELECT h.queue FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
-                   (SELECT h.priority FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
+    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
   UNION ALL
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM found AS f
-      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
-                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
-     WHERE f.queue IS NOT NULL),
+    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
+      FROM found AS f WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -5868,82 +5608,38 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM (SELECT (SELECT h.queue FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
-                   (SELECT h.priority FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
+    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
   UNION ALL
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM found AS f
-      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
-                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
-     WHERE f.queue IS NOT NULL),
+    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
+      FROM found AS f WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -6055,82 +5751,38 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM (SELECT (SELECT h.queue FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
-                   (SELECT h.priority FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
+    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
   UNION ALL
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM found AS f
-      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
-                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
-     WHERE f.queue IS NOT NULL),
+    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
+      FROM found AS f WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -6294,82 +5946,38 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM (SELECT (SELECT h.queue FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
-                   (SELECT h.priority FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
+    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
   UNION ALL
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM found AS f
-      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
-                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
-     WHERE f.queue IS NOT NULL),
+    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
+      FROM found AS f WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -6483,82 +6091,38 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM (SELECT (SELECT h.queue FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
-                   (SELECT h.priority FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
+    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
   UNION ALL
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM found AS f
-      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
-                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
-     WHERE f.queue IS NOT NULL),
+    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
+      FROM found AS f WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -6784,82 +6348,38 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM (SELECT (SELECT h.queue FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
-                   (SELECT h.priority FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
+    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
   UNION ALL
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM found AS f
-      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
-                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
-     WHERE f.queue IS NOT NULL),
+    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
+      FROM found AS f WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -7046,82 +6566,38 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM (SELECT (SELECT h.queue FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
-                   (SELECT h.priority FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
+    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
   UNION ALL
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM found AS f
-      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
-                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
-     WHERE f.queue IS NOT NULL),
+    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
+      FROM found AS f WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -7181,82 +6657,38 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM (SELECT (SELECT h.queue FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
-                   (SELECT h.priority FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
+    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
   UNION ALL
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM found AS f
-      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
-                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
-     WHERE f.queue IS NOT NULL),
+    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
+      FROM found AS f WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -7298,82 +6730,38 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM (SELECT (SELECT h.queue FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
-                   (SELECT h.priority FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
+    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
   UNION ALL
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM found AS f
-      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
-                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
-     WHERE f.queue IS NOT NULL),
+    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
+      FROM found AS f WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -7496,82 +6884,38 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM (SELECT (SELECT h.queue FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
-                   (SELECT h.priority FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
+    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
   UNION ALL
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM found AS f
-      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
-                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
-     WHERE f.queue IS NOT NULL),
+    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
+      FROM found AS f WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -7686,82 +7030,38 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM (SELECT (SELECT h.queue FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
-                   (SELECT h.priority FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
+    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
   UNION ALL
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM found AS f
-      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
-                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
-     WHERE f.queue IS NOT NULL),
+    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
+      FROM found AS f WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -7928,82 +7228,38 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM (SELECT (SELECT h.queue FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
-                   (SELECT h.priority FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
+    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
   UNION ALL
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM found AS f
-      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
-                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
-     WHERE f.queue IS NOT NULL),
+    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
+      FROM found AS f WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -8120,82 +7376,38 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM (SELECT (SELECT h.queue FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
-                   (SELECT h.priority FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
+    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
   UNION ALL
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM found AS f
-      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
-                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
-     WHERE f.queue IS NOT NULL),
+    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
+      FROM found AS f WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -8424,82 +7636,38 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM (SELECT (SELECT h.queue FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
-                   (SELECT h.priority FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
+    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
   UNION ALL
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM found AS f
-      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
-                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
-     WHERE f.queue IS NOT NULL),
+    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
+      FROM found AS f WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -8689,82 +7857,38 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM (SELECT (SELECT h.queue FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
-                   (SELECT h.priority FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
+    SELECT min(queue) FROM "pgqueue_jobs" WHERE status = 'pending' AND limit_key IS NULL
   UNION ALL
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM found AS f
-      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
-                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
-     WHERE f.queue IS NOT NULL),
+    SELECT (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
+      FROM found AS f WHERE f.queue IS NOT NULL),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -8827,41 +7951,22 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -8869,13 +7974,10 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -8914,41 +8016,22 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -8956,13 +8039,10 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -9082,41 +8162,22 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -9124,13 +8185,10 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -9242,41 +8300,22 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -9284,13 +8323,10 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -9454,41 +8490,22 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -9496,13 +8513,10 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -9616,41 +8630,22 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -9658,13 +8653,10 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -9890,41 +8882,22 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -9932,13 +8905,10 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -10125,41 +9095,22 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -10167,13 +9118,10 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -10233,41 +9181,22 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -10275,13 +9204,10 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -10323,41 +9249,22 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -10365,13 +9272,10 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -10494,41 +9398,22 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -10536,13 +9421,10 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -10657,41 +9539,22 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -10699,13 +9562,10 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -10872,41 +9732,22 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -10914,13 +9755,10 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -11037,41 +9875,22 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -11079,13 +9898,10 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -11314,41 +10130,22 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -11356,13 +10153,10 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -11552,41 +10346,22 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
@@ -11594,13 +10369,10 @@ picked AS (
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
              FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -11663,55 +10435,33 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -11750,55 +10500,33 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -11918,55 +10646,33 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -12078,55 +10784,33 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -12290,55 +10974,33 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -12452,55 +11114,33 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -12726,55 +11366,33 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -12961,55 +11579,33 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -13069,55 +11665,33 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -13159,55 +11733,33 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -13330,55 +11882,33 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -13493,55 +12023,33 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -13708,55 +12216,33 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -13873,55 +12359,33 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -14150,55 +12614,33 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -14436,55 +12878,33 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -14674,55 +13094,33 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
      WHERE queue IS NOT NULL
        AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
 levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
+    SELECT s.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
   UNION ALL
-    SELECT l.queue, coalesce(
+    SELECT l.queue,
            (SELECT max(priority) FROM "pgqueue_jobs"
              WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
 picked AS (
     SELECT p.priority, x.run_at, x.id, x.size
       FROM (SELECT DISTINCT priority FROM levels
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
             CROSS JOIN LATERAL (
                   SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now() AND kind = k.kind
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -14909,9 +13307,660 @@ UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(
 WITH RECURSIVE
+found(queue) AS (SELECT unnest(%(queues)s::text[])),
+served(queue) AS (
+    SELECT queue FROM found
+     WHERE queue IS NOT NULL
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
+levels(queue, priority) AS (
+    SELECT s.queue,
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
+  UNION ALL
+    SELECT l.queue,
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
+picked AS (
+    SELECT p.priority, x.run_at, x.id, x.size
+      FROM (SELECT DISTINCT priority FROM levels
+             WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
+     CROSS JOIN LATERAL (
+           SELECT c.run_at, c.id, c.size
+             FROM levels AS l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+            CROSS JOIN LATERAL (
+                  SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
+                   WHERE status = 'pending' AND limit_key IS NULL
+                     AND queue = l.queue AND priority = l.priority
+                     AND run_at <= now() AND kind = k.kind
+                     AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
+                   ORDER BY run_at, id
+                   LIMIT 20
+                   FOR UPDATE SKIP LOCKED) AS c
+            WHERE l.priority = p.priority
+            ORDER BY c.run_at, c.id
+            LIMIT 20) AS x
+     LIMIT 20)
+SELECT id FROM (
+    SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
+      FROM picked) AS sized
+ WHERE before < %(claim_bytes)s
+ LIMIT 20 - (SELECT count(*) FROM limited)))
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
+       (SELECT coalesce(array_agg(id), '{}') FROM failed),
+       (SELECT coalesce(array_agg(status), '{}') FROM failed),
+       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
+          FROM (SELECT job_id FROM failed_rows_results
+                UNION ALL SELECT job_id FROM cancelled_results) AS k)
+       + (SELECT count(pg_notify('pgqueue_jobs', ''))
+            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
+       EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
+
+-- ==== turn(queues=False kinds=False plain=True heads=True)
+WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+claimed AS (
+UPDATE "pgqueue_jobs" AS j
+   SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
+ WHERE j.id = ANY(ARRAY(
+WITH RECURSIVE
 heads(queue, priority, run_at, id) AS (
-    SELECT * FROM unnest(%(head_queues)s::text[], %(head_priorities)s::smallint[],
-                         %(head_run_ats)s::timestamptz[], %(head_ids)s::bigint[])),
+    SELECT * FROM jsonb_to_recordset(%(heads)s::jsonb)
+        AS h(queue text, priority smallint, run_at timestamptz, id bigint)),
+found(queue) AS (
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
+  UNION ALL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
+served(queue) AS (
+    SELECT queue FROM found
+     WHERE queue IS NOT NULL
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
+levels(queue, priority) AS (
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
+picked AS (
+    SELECT p.priority, x.run_at, x.id, x.size
+      FROM (SELECT DISTINCT priority FROM levels
+             WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
+     CROSS JOIN LATERAL (
+           SELECT c.run_at, c.id, c.size
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
+            CROSS JOIN LATERAL (
+                  SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
+                   WHERE status = 'pending' AND limit_key IS NULL
+                     AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
+                     AND run_at <= now()
+                     AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
+                   ORDER BY run_at, id
+                   LIMIT 20
+                   FOR UPDATE SKIP LOCKED) AS c
+            WHERE l.priority = p.priority
+            ORDER BY c.run_at, c.id
+            LIMIT 20) AS x
+     LIMIT 20)
+SELECT id FROM picked))
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
+       (SELECT coalesce(array_agg(id), '{}') FROM failed),
+       (SELECT coalesce(array_agg(status), '{}') FROM failed),
+       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       0,
+       EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
+       NULL::double precision,
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
+
+-- ==== turn(queues=False kinds=True plain=True heads=True)
+WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+claimed AS (
+UPDATE "pgqueue_jobs" AS j
+   SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
+ WHERE j.id = ANY(ARRAY(
+WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM jsonb_to_recordset(%(heads)s::jsonb)
+        AS h(queue text, priority smallint, run_at timestamptz, id bigint)),
+found(queue) AS (
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
+  UNION ALL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
+served(queue) AS (
+    SELECT queue FROM found
+     WHERE queue IS NOT NULL
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
+levels(queue, priority) AS (
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
+picked AS (
+    SELECT p.priority, x.run_at, x.id, x.size
+      FROM (SELECT DISTINCT priority FROM levels
+             WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
+     CROSS JOIN LATERAL (
+           SELECT c.run_at, c.id, c.size
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+            CROSS JOIN LATERAL (
+                  SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
+                   WHERE status = 'pending' AND limit_key IS NULL
+                     AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
+                     AND run_at <= now() AND kind = k.kind
+                     AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
+                   ORDER BY run_at, id
+                   LIMIT 20
+                   FOR UPDATE SKIP LOCKED) AS c
+            WHERE l.priority = p.priority
+            ORDER BY c.run_at, c.id
+            LIMIT 20) AS x
+     LIMIT 20)
+SELECT id FROM picked))
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
+       (SELECT coalesce(array_agg(id), '{}') FROM failed),
+       (SELECT coalesce(array_agg(status), '{}') FROM failed),
+       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       0,
+       EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
+       NULL::double precision,
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
+
+-- ==== turn(queues=True kinds=False plain=True heads=True)
+WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+claimed AS (
+UPDATE "pgqueue_jobs" AS j
+   SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
+ WHERE j.id = ANY(ARRAY(
+WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM jsonb_to_recordset(%(heads)s::jsonb)
+        AS h(queue text, priority smallint, run_at timestamptz, id bigint)),
+found(queue) AS (SELECT unnest(%(queues)s::text[])),
+served(queue) AS (
+    SELECT queue FROM found
+     WHERE queue IS NOT NULL
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
+levels(queue, priority) AS (
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
+picked AS (
+    SELECT p.priority, x.run_at, x.id, x.size
+      FROM (SELECT DISTINCT priority FROM levels
+             WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
+     CROSS JOIN LATERAL (
+           SELECT c.run_at, c.id, c.size
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
+            CROSS JOIN LATERAL (
+                  SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
+                   WHERE status = 'pending' AND limit_key IS NULL
+                     AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
+                     AND run_at <= now()
+                     AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
+                   ORDER BY run_at, id
+                   LIMIT 20
+                   FOR UPDATE SKIP LOCKED) AS c
+            WHERE l.priority = p.priority
+            ORDER BY c.run_at, c.id
+            LIMIT 20) AS x
+     LIMIT 20)
+SELECT id FROM picked))
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
+       (SELECT coalesce(array_agg(id), '{}') FROM failed),
+       (SELECT coalesce(array_agg(status), '{}') FROM failed),
+       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       0,
+       EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
+       NULL::double precision,
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
+
+-- ==== turn(queues=True kinds=True plain=True heads=True)
+WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+claimed AS (
+UPDATE "pgqueue_jobs" AS j
+   SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
+ WHERE j.id = ANY(ARRAY(
+WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM jsonb_to_recordset(%(heads)s::jsonb)
+        AS h(queue text, priority smallint, run_at timestamptz, id bigint)),
+found(queue) AS (SELECT unnest(%(queues)s::text[])),
+served(queue) AS (
+    SELECT queue FROM found
+     WHERE queue IS NOT NULL
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
+levels(queue, priority) AS (
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
+picked AS (
+    SELECT p.priority, x.run_at, x.id, x.size
+      FROM (SELECT DISTINCT priority FROM levels
+             WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
+     CROSS JOIN LATERAL (
+           SELECT c.run_at, c.id, c.size
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+            CROSS JOIN LATERAL (
+                  SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
+                   WHERE status = 'pending' AND limit_key IS NULL
+                     AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
+                     AND run_at <= now() AND kind = k.kind
+                     AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
+                   ORDER BY run_at, id
+                   LIMIT 20
+                   FOR UPDATE SKIP LOCKED) AS c
+            WHERE l.priority = p.priority
+            ORDER BY c.run_at, c.id
+            LIMIT 20) AS x
+     LIMIT 20)
+SELECT id FROM picked))
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
+       (SELECT coalesce(array_agg(id), '{}') FROM failed),
+       (SELECT coalesce(array_agg(status), '{}') FROM failed),
+       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       0,
+       EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
+       NULL::double precision,
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
+
+-- ==== turn(queues=True kinds=True budget=True limited=True failures=True heads=True)
+WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+bucket AS (
+    SELECT m.limit_key, m.per_second,
+           least(m.burst, m.tokens + m.per_second
+                 * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
+      FROM "pgqueue_jobs_limits" AS m
+     WHERE m.per_second IS NOT NULL
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "pgqueue_jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+             LIMIT 1)
+       FOR UPDATE SKIP LOCKED),
+free AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM (SELECT limit_key, slot FROM "pgqueue_jobs_limit_slots" AS s
+             WHERE job_id IS NULL
+               -- Within the limit, and none taken above it (a lowered
+               -- limit): slots above it are never taken again, only freed,
+               -- so one seen taken from an older snapshot errs on the safe
+               -- side. Every slot taken is then within the limit.
+               AND slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                      WHERE m.limit_key = s.limit_key), 1)
+               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                                WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                                  AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                          WHERE m.limit_key = s.limit_key), 1))
+               AND (SELECT true FROM "pgqueue_jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+                     LIMIT 1)
+               -- A key with a rate: only with a token, in a bucket this claim holds.
+               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                                WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
+                                  AND NOT EXISTS (SELECT FROM bucket AS b
+                                                   WHERE b.limit_key = r.limit_key
+                                                     AND b.tokens >= 1))
+             ORDER BY limit_key, slot
+             LIMIT 20
+             FOR UPDATE SKIP LOCKED) AS s),
+limited AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT f.limit_key, least(count(*), min(floor(b.tokens))::bigint) AS free
+              FROM free AS f LEFT JOIN bucket AS b ON b.limit_key = f.limit_key
+             GROUP BY f.limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN free AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+taken AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET job_id = l.id, attempt = l.attempts + 1, taken_at = now()
+      FROM limited AS l
+     WHERE s.limit_key = l.limit_key AND s.slot = l.slot),
+spent AS (
+    UPDATE "pgqueue_jobs_limits" AS m
+       SET tokens = b.tokens - (SELECT count(*) FROM limited AS l
+                                 WHERE l.limit_key = b.limit_key),
+           refilled_at = now()
+      FROM bucket AS b
+     WHERE m.limit_key = b.limit_key
+    RETURNING b.per_second, m.tokens),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed_rows AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error),
+failed_rows_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "pgqueue_jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
+              COALESCE(f.error, j.last_error) AS last_error),
+cancelled_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+claimed AS (
+UPDATE "pgqueue_jobs" AS j
+   SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
+ WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
+WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM jsonb_to_recordset(%(heads)s::jsonb)
+        AS h(queue text, priority smallint, run_at timestamptz, id bigint)),
 found(queue) AS (SELECT unnest(%(queues)s::text[])),
 served(queue) AS (
     SELECT queue FROM found
@@ -14971,21 +14020,24 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
- LIMIT 20 - (SELECT count(*) FROM limited)))
+ LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
 RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
-          FROM (SELECT job_id FROM failed_rows_results
+          FROM (SELECT job_id FROM done_results
+                UNION ALL SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
                         UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
        pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
   FROM relax, read

@@ -1027,7 +1027,11 @@ SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM done),
         # As shown in docs/design.md: a worker's turn and a claim, for the
         # default batch sizes.
         self.cycle = self.turn(False, False, False, 100)
-        self.cycle_with_heads = self.turn(False, False, False, 100, heads=True)
+        # And as most turns are sent while a snapshot is held (no limits in
+        # use, plain successes), with heads (`pgqueue.core.heads`).
+        self.cycle_with_heads = self.turn(
+            False, False, False, 100, False, failures=False, plain=True, heads=True
+        )
         self.claim = self.claim_for(False, False, 20)
 
         # The reaper, step 0: one reaper at a time per table; the others skip.

@@ -124,6 +124,117 @@ SELECT id FROM picked
  LIMIT 20 - (SELECT count(*) FROM limited)))
 RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
 
+-- ==== _rendered[('turn', False, False, False, 100, False, 100, False, True, True)]
+WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+claimed AS (
+UPDATE "pgqueue_jobs" AS j
+   SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
+ WHERE j.id = ANY(ARRAY(
+WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM jsonb_to_recordset(%(heads)s::jsonb)
+        AS h(queue text, priority smallint, run_at timestamptz, id bigint)),
+found(queue) AS (
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
+  UNION ALL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
+served(queue) AS (
+    SELECT queue FROM found
+     WHERE queue IS NOT NULL
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
+levels(queue, priority) AS (
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
+picked AS (
+    SELECT p.priority, x.run_at, x.id, x.size
+      FROM (SELECT DISTINCT priority FROM levels
+             WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
+     CROSS JOIN LATERAL (
+           SELECT c.run_at, c.id, c.size
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
+            CROSS JOIN LATERAL (
+                  SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
+                   WHERE status = 'pending' AND limit_key IS NULL
+                     AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
+                     AND run_at <= now()
+                     AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
+                   ORDER BY run_at, id
+                   LIMIT 100
+                   FOR UPDATE SKIP LOCKED) AS c
+            WHERE l.priority = p.priority
+            ORDER BY c.run_at, c.id
+            LIMIT 100) AS x
+     LIMIT 100)
+SELECT id FROM picked))
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
+       (SELECT coalesce(array_agg(id), '{}') FROM failed),
+       (SELECT coalesce(array_agg(status), '{}') FROM failed),
+       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       0,
+       EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
+       NULL::double precision,
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
+
 -- ==== _rendered[('turn', False, False, False, 100, True, 100, True, False, False)]
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
@@ -358,316 +469,6 @@ picked AS (
                   SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
                    WHERE status = 'pending' AND limit_key IS NULL
                      AND queue = l.queue AND priority = l.priority
-                     AND run_at <= now()
-                     AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
-                   ORDER BY run_at, id
-                   LIMIT 100
-                   FOR UPDATE SKIP LOCKED) AS c
-            WHERE l.priority = p.priority
-            ORDER BY c.run_at, c.id
-            LIMIT 100) AS x
-     LIMIT 100)
-SELECT id FROM picked
- LIMIT greatest(0, 100 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
-SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
-       (SELECT coalesce(array_agg(id), '{}') FROM failed),
-       (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
-       (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
-          FROM (SELECT job_id FROM done_results
-                UNION ALL SELECT job_id FROM failed_rows_results
-                UNION ALL SELECT job_id FROM cancelled_results) AS k)
-       + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
-                        UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
-       EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
-       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
-  FROM relax, read
-
--- ==== _rendered[('turn', False, False, False, 100, True, 100, True, False, True)]
-WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-bucket AS (
-    SELECT m.limit_key, m.per_second,
-           least(m.burst, m.tokens + m.per_second
-                 * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
-      FROM "pgqueue_jobs_limits" AS m
-     WHERE m.per_second IS NOT NULL
-       -- A probe of the key's first ready job, per key (a scalar subquery:
-       -- as EXISTS, the planner could read every ready limited job first).
-       AND (SELECT true FROM "pgqueue_jobs" AS t
-             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-               AND t.run_at <= now()
-                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused)
-             LIMIT 1)
-       FOR UPDATE SKIP LOCKED),
-free AS (
-    SELECT s.limit_key, s.slot,
-           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
-      FROM (SELECT limit_key, slot FROM "pgqueue_jobs_limit_slots" AS s
-             WHERE job_id IS NULL
-               -- Within the limit, and none taken above it (a lowered
-               -- limit): slots above it are never taken again, only freed,
-               -- so one seen taken from an older snapshot errs on the safe
-               -- side. Every slot taken is then within the limit.
-               AND slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                      WHERE m.limit_key = s.limit_key), 1)
-               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
-                                WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
-                                  AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                                          WHERE m.limit_key = s.limit_key), 1))
-               AND (SELECT true FROM "pgqueue_jobs" AS t
-                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                       AND t.run_at <= now()
-                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused)
-                     LIMIT 1)
-               -- A key with a rate: only with a token, in a bucket this claim holds.
-               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
-                                WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
-                                  AND NOT EXISTS (SELECT FROM bucket AS b
-                                                   WHERE b.limit_key = r.limit_key
-                                                     AND b.tokens >= 1))
-             ORDER BY limit_key, slot
-             LIMIT 100
-             FOR UPDATE SKIP LOCKED) AS s),
-limited AS (
-    SELECT x.id, x.attempts, f.limit_key, f.slot
-      FROM (SELECT f.limit_key, least(count(*), min(floor(b.tokens))::bigint) AS free
-              FROM free AS f LEFT JOIN bucket AS b ON b.limit_key = f.limit_key
-             GROUP BY f.limit_key) AS k
-     CROSS JOIN LATERAL (
-           SELECT y.id, y.attempts, row_number() OVER () AS n
-             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
-                      AND t.run_at <= now()
-                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused)
-                    ORDER BY t.priority DESC, t.run_at, t.id
-                    LIMIT k.free
-                    FOR UPDATE SKIP LOCKED) AS y) AS x
-      JOIN free AS f ON f.limit_key = k.limit_key AND f.n = x.n),
-taken AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s
-       SET job_id = l.id, attempt = l.attempts + 1, taken_at = now()
-      FROM limited AS l
-     WHERE s.limit_key = l.limit_key AND s.slot = l.slot),
-spent AS (
-    UPDATE "pgqueue_jobs_limits" AS m
-       SET tokens = b.tokens - (SELECT count(*) FROM limited AS l
-                                 WHERE l.limit_key = b.limit_key),
-           refilled_at = now()
-      FROM bucket AS b
-     WHERE m.limit_key = b.limit_key
-    RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-done_slots AS (
-    SELECT s.limit_key, s.slot,
-           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
-      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                WHERE m.limit_key = s.limit_key), 1)
-       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
-                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
-                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                                  WHERE m.limit_key = s.limit_key), 1))
-       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
-                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
-done_handed AS (
-    SELECT x.id, x.attempts, f.limit_key, f.slot
-      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
-     CROSS JOIN LATERAL (
-           SELECT y.id, y.attempts, row_number() OVER () AS n
-             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
-                      AND t.run_at <= now()
-                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused)
-                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
-                    ORDER BY t.priority DESC, t.run_at, t.id
-                    LIMIT k.free
-                    FOR UPDATE SKIP LOCKED) AS y) AS x
-      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s
-       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
-                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed_rows AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot, s.job_id),
-failed_rows_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "pgqueue_jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-cancelled_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-cancelled_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
-claimed AS (
-UPDATE "pgqueue_jobs" AS j
-   SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
- WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
-WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM jsonb_to_recordset(%(heads)s::jsonb)
-        AS h(queue text, priority smallint, run_at timestamptz, id bigint)),
-found(queue) AS (
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM (SELECT (SELECT h.queue FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
-                   (SELECT h.priority FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
-  UNION ALL
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM found AS f
-      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
-                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
-     WHERE f.queue IS NOT NULL),
-served(queue) AS (
-    SELECT queue FROM found
-     WHERE queue IS NOT NULL
-       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
-levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-  UNION ALL
-    SELECT l.queue, coalesce(
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
-picked AS (
-    SELECT p.priority, x.run_at, x.id, x.size
-      FROM (SELECT DISTINCT priority FROM levels
-             WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
-     CROSS JOIN LATERAL (
-           SELECT c.run_at, c.id, c.size
-             FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
-            CROSS JOIN LATERAL (
-                  SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
-                   WHERE status = 'pending' AND limit_key IS NULL
-                     AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
                      AND run_at <= now()
                      AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
                    ORDER BY run_at, id
@@ -1174,204 +975,15 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== cycle_with_heads
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-bucket AS (
-    SELECT m.limit_key, m.per_second,
-           least(m.burst, m.tokens + m.per_second
-                 * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
-      FROM "pgqueue_jobs_limits" AS m
-     WHERE m.per_second IS NOT NULL
-       -- A probe of the key's first ready job, per key (a scalar subquery:
-       -- as EXISTS, the planner could read every ready limited job first).
-       AND (SELECT true FROM "pgqueue_jobs" AS t
-             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-               AND t.run_at <= now()
-                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused)
-             LIMIT 1)
-       FOR UPDATE SKIP LOCKED),
-free AS (
-    SELECT s.limit_key, s.slot,
-           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
-      FROM (SELECT limit_key, slot FROM "pgqueue_jobs_limit_slots" AS s
-             WHERE job_id IS NULL
-               -- Within the limit, and none taken above it (a lowered
-               -- limit): slots above it are never taken again, only freed,
-               -- so one seen taken from an older snapshot errs on the safe
-               -- side. Every slot taken is then within the limit.
-               AND slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                      WHERE m.limit_key = s.limit_key), 1)
-               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
-                                WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
-                                  AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                                          WHERE m.limit_key = s.limit_key), 1))
-               AND (SELECT true FROM "pgqueue_jobs" AS t
-                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                       AND t.run_at <= now()
-                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused)
-                     LIMIT 1)
-               -- A key with a rate: only with a token, in a bucket this claim holds.
-               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
-                                WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
-                                  AND NOT EXISTS (SELECT FROM bucket AS b
-                                                   WHERE b.limit_key = r.limit_key
-                                                     AND b.tokens >= 1))
-             ORDER BY limit_key, slot
-             LIMIT 100
-             FOR UPDATE SKIP LOCKED) AS s),
-limited AS (
-    SELECT x.id, x.attempts, f.limit_key, f.slot
-      FROM (SELECT f.limit_key, least(count(*), min(floor(b.tokens))::bigint) AS free
-              FROM free AS f LEFT JOIN bucket AS b ON b.limit_key = f.limit_key
-             GROUP BY f.limit_key) AS k
-     CROSS JOIN LATERAL (
-           SELECT y.id, y.attempts, row_number() OVER () AS n
-             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
-                      AND t.run_at <= now()
-                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused)
-                    ORDER BY t.priority DESC, t.run_at, t.id
-                    LIMIT k.free
-                    FOR UPDATE SKIP LOCKED) AS y) AS x
-      JOIN free AS f ON f.limit_key = k.limit_key AND f.n = x.n),
-taken AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s
-       SET job_id = l.id, attempt = l.attempts + 1, taken_at = now()
-      FROM limited AS l
-     WHERE s.limit_key = l.limit_key AND s.slot = l.slot),
-spent AS (
-    UPDATE "pgqueue_jobs_limits" AS m
-       SET tokens = b.tokens - (SELECT count(*) FROM limited AS l
-                                 WHERE l.limit_key = b.limit_key),
-           refilled_at = now()
-      FROM bucket AS b
-     WHERE m.limit_key = b.limit_key
-    RETURNING b.per_second, m.tokens),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
     RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-done_slots AS (
-    SELECT s.limit_key, s.slot,
-           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
-      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                WHERE m.limit_key = s.limit_key), 1)
-       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
-                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
-                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                                  WHERE m.limit_key = s.limit_key), 1))
-       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
-                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
-done_handed AS (
-    SELECT x.id, x.attempts, f.limit_key, f.slot
-      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
-     CROSS JOIN LATERAL (
-           SELECT y.id, y.attempts, row_number() OVER () AS n
-             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
-                      AND t.run_at <= now()
-                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused)
-                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
-                    ORDER BY t.priority DESC, t.run_at, t.id
-                    LIMIT k.free
-                    FOR UPDATE SKIP LOCKED) AS y) AS x
-      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s
-       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
-                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed_rows AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot, s.job_id),
-failed_rows_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "pgqueue_jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-cancelled_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-cancelled_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
- WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
+ WHERE j.id = ANY(ARRAY(
 WITH RECURSIVE
 heads(queue, priority, run_at, id) AS (
     SELECT * FROM jsonb_to_recordset(%(heads)s::jsonb)
@@ -1458,26 +1070,16 @@ picked AS (
             ORDER BY c.run_at, c.id
             LIMIT 100) AS x
      LIMIT 100)
-SELECT id FROM picked
- LIMIT greatest(0, 100 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
+SELECT id FROM picked))
 RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
        (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
-       (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
-          FROM (SELECT job_id FROM done_results
-                UNION ALL SELECT job_id FROM failed_rows_results
-                UNION ALL SELECT job_id FROM cancelled_results) AS k)
-       + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
-                        UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
+       0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       NULL::double precision,
+       0,
        pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
   FROM relax, read
 
@@ -13753,292 +13355,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
        0,
-       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
-  FROM relax, read
-
--- ==== turn(queues=True kinds=True budget=True limited=True failures=True heads=True)
-WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-bucket AS (
-    SELECT m.limit_key, m.per_second,
-           least(m.burst, m.tokens + m.per_second
-                 * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
-      FROM "pgqueue_jobs_limits" AS m
-     WHERE m.per_second IS NOT NULL
-       -- A probe of the key's first ready job, per key (a scalar subquery:
-       -- as EXISTS, the planner could read every ready limited job first).
-       AND (SELECT true FROM "pgqueue_jobs" AS t
-             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-               AND t.run_at <= now()
-                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
-             LIMIT 1)
-       FOR UPDATE SKIP LOCKED),
-free AS (
-    SELECT s.limit_key, s.slot,
-           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
-      FROM (SELECT limit_key, slot FROM "pgqueue_jobs_limit_slots" AS s
-             WHERE job_id IS NULL
-               -- Within the limit, and none taken above it (a lowered
-               -- limit): slots above it are never taken again, only freed,
-               -- so one seen taken from an older snapshot errs on the safe
-               -- side. Every slot taken is then within the limit.
-               AND slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                      WHERE m.limit_key = s.limit_key), 1)
-               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
-                                WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
-                                  AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                                          WHERE m.limit_key = s.limit_key), 1))
-               AND (SELECT true FROM "pgqueue_jobs" AS t
-                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                       AND t.run_at <= now()
-                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
-                     LIMIT 1)
-               -- A key with a rate: only with a token, in a bucket this claim holds.
-               AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
-                                WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
-                                  AND NOT EXISTS (SELECT FROM bucket AS b
-                                                   WHERE b.limit_key = r.limit_key
-                                                     AND b.tokens >= 1))
-             ORDER BY limit_key, slot
-             LIMIT 20
-             FOR UPDATE SKIP LOCKED) AS s),
-limited AS (
-    SELECT x.id, x.attempts, f.limit_key, f.slot
-      FROM (SELECT f.limit_key, least(count(*), min(floor(b.tokens))::bigint) AS free
-              FROM free AS f LEFT JOIN bucket AS b ON b.limit_key = f.limit_key
-             GROUP BY f.limit_key) AS k
-     CROSS JOIN LATERAL (
-           SELECT y.id, y.attempts, row_number() OVER () AS n
-             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
-                      AND t.run_at <= now()
-                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
-                    ORDER BY t.priority DESC, t.run_at, t.id
-                    LIMIT k.free
-                    FOR UPDATE SKIP LOCKED) AS y) AS x
-      JOIN free AS f ON f.limit_key = k.limit_key AND f.n = x.n),
-taken AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s
-       SET job_id = l.id, attempt = l.attempts + 1, taken_at = now()
-      FROM limited AS l
-     WHERE s.limit_key = l.limit_key AND s.slot = l.slot),
-spent AS (
-    UPDATE "pgqueue_jobs_limits" AS m
-       SET tokens = b.tokens - (SELECT count(*) FROM limited AS l
-                                 WHERE l.limit_key = b.limit_key),
-           refilled_at = now()
-      FROM bucket AS b
-     WHERE m.limit_key = b.limit_key
-    RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-done_slots AS (
-    SELECT s.limit_key, s.slot,
-           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
-      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                WHERE m.limit_key = s.limit_key), 1)
-       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
-                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
-                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                                  WHERE m.limit_key = s.limit_key), 1))
-       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
-                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
-done_handed AS (
-    SELECT x.id, x.attempts, f.limit_key, f.slot
-      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
-     CROSS JOIN LATERAL (
-           SELECT y.id, y.attempts, row_number() OVER () AS n
-             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
-                      AND t.run_at <= now()
-                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
-                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
-                    ORDER BY t.priority DESC, t.run_at, t.id
-                    LIMIT k.free
-                    FOR UPDATE SKIP LOCKED) AS y) AS x
-      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s
-       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
-                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed_rows AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot, s.job_id),
-failed_rows_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "pgqueue_jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-cancelled_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-cancelled_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
-claimed AS (
-UPDATE "pgqueue_jobs" AS j
-   SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
- WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
-WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM jsonb_to_recordset(%(heads)s::jsonb)
-        AS h(queue text, priority smallint, run_at timestamptz, id bigint)),
-found(queue) AS (SELECT unnest(%(queues)s::text[])),
-served(queue) AS (
-    SELECT queue FROM found
-     WHERE queue IS NOT NULL
-       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
-levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-  UNION ALL
-    SELECT l.queue, coalesce(
-           (SELECT max(priority) FROM "pgqueue_jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
-picked AS (
-    SELECT p.priority, x.run_at, x.id, x.size
-      FROM (SELECT DISTINCT priority FROM levels
-             WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
-     CROSS JOIN LATERAL (
-           SELECT c.run_at, c.id, c.size
-             FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
-            CROSS JOIN LATERAL (
-                  SELECT run_at, id, CASE WHEN pg_column_size(payload) < 2048 AND pg_column_compression(payload) IS NULL THEN pg_column_size(payload) ELSE octet_length(payload::text) END AS size FROM "pgqueue_jobs"
-                   WHERE status = 'pending' AND limit_key IS NULL
-                     AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
-                     AND run_at <= now() AND kind = k.kind
-                     AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
-                   ORDER BY run_at, id
-                   LIMIT 20
-                   FOR UPDATE SKIP LOCKED) AS c
-            WHERE l.priority = p.priority
-            ORDER BY c.run_at, c.id
-            LIMIT 20) AS x
-     LIMIT 20)
-SELECT id FROM (
-    SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
-      FROM picked) AS sized
- WHERE before < %(claim_bytes)s
- LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
-SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
-       (SELECT coalesce(array_agg(id), '{}') FROM failed),
-       (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
-       (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
-          FROM (SELECT job_id FROM done_results
-                UNION ALL SELECT job_id FROM failed_rows_results
-                UNION ALL SELECT job_id FROM cancelled_results) AS k)
-       + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
-                        UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
-       EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
        pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
   FROM relax, read
 

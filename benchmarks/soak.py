@@ -28,7 +28,8 @@ The verdict compares the held phase with the unheld ones (before and after
 together): p99 ratio and drain-rate ratio.
 
 With no ``--dsn`` (or ``PGQUEUE_DSN``) an embedded PostgreSQL with default
-settings is started and removed afterwards; the table is always dropped.
+settings is started and removed afterwards; the queue's tables are always
+dropped.
 ``--smoke`` runs a few seconds at a low rate, to see that it works.
 
     python benchmarks/soak.py                       # 2,000 jobs/s for 10 minutes
@@ -69,7 +70,6 @@ SELECT s.n_dead_tup, i.idx_tup_read, pg_relation_size(%(index)s::regclass)
 )
 EXPLAIN = b"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "
 _HOLD = sql.SQL("SELECT count(*) FROM {table}")
-_DROP = sql.SQL("DROP TABLE IF EXISTS {table}")
 
 
 def _buffers(plan: Any) -> int:
@@ -354,8 +354,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             anyio.run(run.main, backend="asyncio")
         finally:
-            with psycopg.connect(dsn, autocommit=True) as conn:
-                conn.execute(_DROP.format(table=sql.Identifier(table)))
+            # The table and every side table install() made.
+            with pgqueue.Queue(dsn, table=table) as queue:
+                queue.uninstall()
 
     phases = run.phases()
     found = verdict(phases)

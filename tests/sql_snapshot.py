@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from pgqueue.core.migrations import MIGRATIONS, REQUIRED_COLUMNS, SchemaNames
-from pgqueue.core.plans import Query
+from pgqueue.core.plans import Plan, Query
 from pgqueue.core.sql import SeedStatements, Statements
 
 __all__ = ["SNAPSHOTS", "render", "snapshot_path"]
@@ -84,19 +84,24 @@ def _statements(table: str, history: bool, shapes: bool) -> Iterator[tuple[str, 
 def _migrations(table: str) -> Iterator[tuple[str, bytes]]:
     names = SchemaNames.for_table(table)
     for migration in MIGRATIONS:
-        plan = migration.apply(names)
-        n = 0
-        try:
-            step = next(plan)
-            while True:
-                if isinstance(step, Query):
-                    n += 1
-                    yield f"migration {migration.version}, step {n}", step.query
-                # What a fresh database answers: a queue's columns, nothing else.
-                rows = list(REQUIRED_COLUMNS.items()) if b"pg_attribute" in step.query else []
-                step = plan.send(rows)
-        except StopIteration:
-            pass
+        yield from _steps(f"migration {migration.version}", migration.apply(names))
+        if migration.contract is not None:
+            yield from _steps(f"migration {migration.version} contract", migration.contract(names))
+
+
+def _steps(label: str, plan: Plan[None]) -> Iterator[tuple[str, bytes]]:
+    n = 0
+    try:
+        step = next(plan)
+        while True:
+            if isinstance(step, Query):
+                n += 1
+                yield f"{label}, step {n}", step.query
+            # What a fresh database answers: a queue's columns, nothing else.
+            rows = list(REQUIRED_COLUMNS.items()) if b"pg_attribute" in step.query else []
+            step = plan.send(rows)
+    except StopIteration:
+        pass
 
 
 def _seed(table: str) -> Iterator[tuple[str, bytes]]:

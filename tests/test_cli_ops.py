@@ -23,7 +23,9 @@ import pytest
 
 import pgqueue
 from pgqueue import JobStatus, cli
+from pgqueue.core import migrations
 from pgqueue.core.ops import QueueCore
+from pgqueue.sync.driver import run_on
 
 from .conftest import Raw
 
@@ -126,7 +128,40 @@ def test_migrate_creates_the_schema_then_reports_it_up_to_date(
     again = run("migrate")
     assert (again.code, again.out) == (0, f"{table}: schema at version {version}, up to date\n")
     as_json = run("migrate", "--json")
-    assert as_json.json() == {"table": table, "version": version, "applied": []}
+    assert as_json.json() == {
+        "table": table,
+        "version": version,
+        "applied": [],
+        "contracted": [],
+        "contract_pending": [],
+    }
+
+
+def test_migrate_lists_the_pending_contract_steps_and_contract_runs_them(
+    run: Cli, raw: Raw, table: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A table at version 6, as the release before migration 7 left it.
+    with monkeypatch.context() as patch:
+        patch.setattr(migrations, "MIGRATIONS", migrations.MIGRATIONS[:6])
+        run_on(raw.conn, QueueCore(table).install())
+    expanded = run("migrate")
+    assert expanded.code == 0, expanded
+    lines = expanded.out.splitlines()
+    assert lines[0].startswith(f"{table}: schema at version {migrations.LATEST_VERSION} (applied 7")
+    assert "pgqueue migrate --contract" in lines[1]
+    assert lines[2].startswith(f"  7: drop the ready index of migration 1 ({table}_ready)")
+    assert lines[3].startswith(f"  8: drop the claim index of migration 7 ({table}_claim)")
+    assert raw.one("SELECT to_regclass(%s)", f"{table}_ready") is not None
+    pending = run("migrate", "--json").json()["contract_pending"]
+    assert [step["version"] for step in pending] == [7, 8]
+
+    contracted = run("migrate", "--contract")
+    assert contracted.code == 0, contracted
+    assert contracted.out.splitlines()[1:] == ["contracted 7, 8"]
+    assert raw.one("SELECT to_regclass(%s)", f"{table}_ready") is None
+    again = run("migrate", "--contract", "--json").json()
+    assert (again["contracted"], again["contract_pending"]) == ([], [])
+    assert run("migrate", "--contract").out.splitlines()[1:] == ["nothing to contract"]
 
 
 def test_migrate_refuses_a_schema_newer_than_the_library(

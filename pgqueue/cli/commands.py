@@ -33,15 +33,35 @@ MAX_DEPTH = 500
 
 
 def cmd_migrate(queue: Queue, args: argparse.Namespace) -> int:
-    """``pgqueue migrate``: install or upgrade the schema."""
+    """``pgqueue migrate [--contract]``: install or upgrade the schema (expand);
+    with ``--contract``, also drop what only older releases used."""
     applied = queue.install()
+    contracted = queue.contract() if args.contract else []
+    pending = queue.pending_contract()
     version = queue.schema_version()
     if applied:
         done = "applied " + ", ".join(str(v) for v in applied)
-        text = f"{queue.table}: schema at version {version} ({done})"
+        lines = [f"{queue.table}: schema at version {version} ({done})"]
     else:
-        text = f"{queue.table}: schema at version {version}, up to date"
-    emit(args, {"table": queue.table, "version": version, "applied": applied}, text)
+        lines = [f"{queue.table}: schema at version {version}, up to date"]
+    if contracted:
+        lines.append("contracted " + ", ".join(str(v) for v in contracted))
+    elif args.contract:
+        lines.append("nothing to contract")
+    if pending:
+        lines.append(
+            "contract pending (run `pgqueue migrate --contract` once every process"
+            " runs this pgqueue):"
+        )
+        lines += [f"  {v}: drop {drops}" for v, drops in pending.items()]
+    document = {
+        "table": queue.table,
+        "version": version,
+        "applied": applied,
+        "contracted": contracted,
+        "contract_pending": [{"version": v, "drops": d} for v, d in pending.items()],
+    }
+    emit(args, document, "\n".join(lines))
     return 0
 
 

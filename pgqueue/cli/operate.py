@@ -125,13 +125,20 @@ def add_operator_commands(commands: Any) -> None:
         p.set_defaults(subparser=p)
         return p.add_subparsers(dest="action", metavar="ACTION", required=True)
 
-    leaf(
+    migrate = leaf(
         commands,
         "migrate",
         cmd_migrate,
         "create the queue's table or upgrade its schema; print the version",
         "Apply the schema migrations the table lacks (idempotent; one installer at a time). "
-        "A table built by hand with the seed design's columns is adopted in place.",
+        "They only expand the schema: what the previous release's workers still use stays, "
+        "listed as contract pending, until --contract. A table built by hand with the seed "
+        "design's columns is adopted in place.",
+    )
+    migrate.add_argument(
+        "--contract",
+        action="store_true",
+        help="also drop what only older releases used: once every process runs this pgqueue",
     )
 
     grant = leaf(

@@ -6,6 +6,15 @@ advisory lock, reads the version recorded in ``pgqueue_schema`` (a table in
 the queue table's schema, one row per applied migration and queue table),
 applies the missing migrations and records them, all in one transaction.
 
+Expand, then contract: a migration's ``apply`` never removes what the
+release before it uses (an index its claim reads), so that the workers of
+both releases run side by side while a deploy rolls out. What a migration
+makes obsolete is dropped by its ``contract`` step, which `contract_plan`
+runs when the operator says every process runs the new release
+(``pgqueue migrate --contract``); ``pgqueue_schema`` records which contract
+steps are pending. In a table the install itself creates, no older release
+ever ran: its contract steps run at once.
+
 Every migration is also safe to run on a table that already has what it
 adds. That is what lets ``install()`` adopt a queue table built by hand
 with the well-known design (the same columns, a ``jobs_ready`` partial
@@ -34,8 +43,10 @@ __all__ = [
     "SchemaNames",
     "SchemaTooNew",
     "check_version",
+    "contract_plan",
     "grant_plan",
     "install_plan",
+    "pending_contract_plan",
     "uninstall_plan",
     "validate_role",
     "version_plan",
@@ -171,11 +182,21 @@ def _quoted(*parts: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Migration:
-    """One step of the schema's history."""
+    """One step of the schema's history, in two halves: expand, then contract.
+
+    ``apply`` (the expand half) only adds: columns, indexes, tables, wider
+    checks. Whatever the new release no longer needs but the release before
+    it still uses (an index its claim reads) stays, so that the workers of
+    both run side by side during a rolling deploy. ``contract`` drops it,
+    later, when the operator says every process runs the new release
+    (``pgqueue migrate --contract``); ``drops`` says what it drops.
+    """
 
     version: int
     description: str
     apply: Callable[[SchemaNames], Plan[None]]
+    contract: Callable[[SchemaNames], Plan[None]] | None = None
+    drops: str | None = None
 
 
 # The columns a queue table must have, with their types, whoever built it.
@@ -454,7 +475,10 @@ ALTER TABLE {table}
     # and reads each level from its due end (see `pgqueue.core.sql`), so it
     # reads O(batch) entries whatever other queues, lower priorities or
     # future jobs the table holds. It replaces the ready index of migration
-    # 1, which it covers for every claim; two indexes would slow every write.
+    # 1, which it covers for every claim; two indexes would slow every write,
+    # but the workers of the release before this one claim through the ready
+    # index: it is dropped by this migration's contract step
+    # (`_drop_ready_index`), once they are gone.
     yield from _check_prebuilt_index(n, n.claim_index_regclass, CLAIM_INDEX_DEFINITION)
     yield Query(
         n.render(
@@ -462,7 +486,6 @@ ALTER TABLE {table}
             " WHERE status = 'pending'"
         )
     )
-    yield Query(n.render("DROP INDEX IF EXISTS {ready_index}"))
     # Unique jobs. A job leaves its index's predicate for good when it
     # starts (queued: its first claim makes attempts > 0, and neither a
     # retry nor a release brings it back to 0) or ends (active: dead, or
@@ -601,7 +624,8 @@ SELECT conname FROM pg_constraint
             " WHERE status = 'pending' AND limit_key IS NULL"
         )
     )
-    yield Query(n.render("DROP INDEX IF EXISTS {claim_index}"))
+    # The claim index stays until this migration's contract step
+    # (`_drop_claim_index`): the release before reads it.
     yield from _check_prebuilt_index(n, n.limited_index_regclass, LIMITED_INDEX_DEFINITION)
     yield Query(
         n.render(
@@ -676,6 +700,14 @@ ALTER TABLE {limits}
     )
 
 
+def _drop_ready_index(n: SchemaNames) -> Plan[None]:
+    yield Query(n.render("DROP INDEX IF EXISTS {ready_index}"))
+
+
+def _drop_claim_index(n: SchemaNames) -> Plan[None]:
+    yield Query(n.render("DROP INDEX IF EXISTS {claim_index}"))
+
+
 MIGRATIONS: Final[tuple[Migration, ...]] = (
     Migration(1, "queue table and its partial ready index", _table_and_ready_index),
     Migration(2, "checks on status and attempts, a default payload", _constraints),
@@ -687,8 +719,16 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
         7,
         "queues, priorities, unique jobs and schedules",
         _queues_priorities_unique_schedules,
+        _drop_ready_index,
+        "the ready index of migration 1 ({name}_ready), which the claim index replaces",
     ),
-    Migration(8, "cancellation, results and limits", _cancel_results_limits),
+    Migration(
+        8,
+        "cancellation, results and limits",
+        _cancel_results_limits,
+        _drop_claim_index,
+        "the claim index of migration 7 ({name}_claim), which {name}_unlimited replaces",
+    ),
     Migration(9, "the trace context of each job, for tracing", _trace_context),
     Migration(10, "rate limits", _rate_limits),
     Migration(11, "partial index of dead jobs, for operators", _dead_index),
@@ -701,39 +741,129 @@ LATEST_VERSION: Final = MIGRATIONS[-1].version
 _INSTALL_LOCK: Final = b"SELECT pg_advisory_xact_lock(hashtext('pgqueue:install'))"
 
 
-def install_plan(n: SchemaNames) -> Plan[list[int]]:
-    """Apply the missing migrations to one queue table; return the versions applied.
-
-    The caller runs it in one transaction: a failed migration leaves the
-    schema as it was.
-    """
-    yield Query(_INSTALL_LOCK)
+def _record_table(n: SchemaNames) -> Plan[None]:
+    """Create ``pgqueue_schema``, or give an older one the contract columns."""
     yield Query(
         n.render("""
 CREATE TABLE IF NOT EXISTS {versions} (
-    queue_table text NOT NULL,
-    version     integer NOT NULL,
-    description text NOT NULL,
-    applied_at  timestamptz NOT NULL DEFAULT now(),
+    queue_table      text NOT NULL,
+    version          integer NOT NULL,
+    description      text NOT NULL,
+    applied_at       timestamptz NOT NULL DEFAULT now(),
+    contract_pending boolean NOT NULL DEFAULT false,
+    contracted_at    timestamptz,
     PRIMARY KEY (queue_table, version)
 )""")
     )
+    ((recorded,),) = yield Query(_HAS_CONTRACT_COLUMNS, (n.versions_regclass,))
+    if not recorded:
+        # A record kept by a release before expand and contract: its
+        # migrations dropped what they replaced at once, so none of its rows
+        # has a contract step pending (the default).
+        yield Query(
+            n.render(
+                "ALTER TABLE {versions}"
+                " ADD COLUMN IF NOT EXISTS contract_pending boolean NOT NULL DEFAULT false,"
+                " ADD COLUMN IF NOT EXISTS contracted_at timestamptz"
+            )
+        )
+
+
+_HAS_CONTRACT_COLUMNS: Final = b"""
+SELECT EXISTS (SELECT FROM pg_attribute WHERE attrelid = to_regclass(%s)
+                AND attname = 'contract_pending' AND NOT attisdropped)"""
+
+
+def install_plan(n: SchemaNames) -> Plan[list[int]]:
+    """Apply the expand half of the missing migrations to one queue table;
+    return the versions applied.
+
+    What a migration makes obsolete stays, recorded as pending, until
+    `contract_plan` drops it; except in a table this install creates, which
+    no older release ever used: there it goes at once. The caller runs it in
+    one transaction: a failed migration leaves the schema as it was.
+    """
+    yield Query(_INSTALL_LOCK)
+    yield from _record_table(n)
     ((current,),) = yield Query(
         n.render("SELECT coalesce(max(version), 0) FROM {versions} WHERE queue_table = %s"),
         (n.key,),
     )
     check_version(n, current)
+    created = False
+    if current == 0:
+        # A table built by hand is adopted: its own workers may still claim
+        # through its ready index, which then waits for the contract step.
+        ((created,),) = yield Query(b"SELECT to_regclass(%s) IS NULL", (n.regclass,))
     applied = []
     for migration in MIGRATIONS[current:]:
         yield from migration.apply(n)
         yield Query(
             n.render(
-                "INSERT INTO {versions} (queue_table, version, description) VALUES (%s, %s, %s)"
+                "INSERT INTO {versions} (queue_table, version, description, contract_pending)"
+                " VALUES (%s, %s, %s, %s)"
             ),
-            (n.key, migration.version, migration.description),
+            (n.key, migration.version, migration.description, migration.contract is not None),
         )
         applied.append(migration.version)
+    if created:
+        yield from _contract_pending(n)
     return applied
+
+
+def contract_plan(n: SchemaNames) -> Plan[list[int]]:
+    """Apply the missing migrations, then every pending contract step; return
+    the versions whose contract step ran.
+
+    For when every process runs this release: what the contract steps drop,
+    the releases before it used (docs/migrations.md, "Rolling deploys").
+    """
+    yield from install_plan(n)
+    return (yield from _contract_pending(n))
+
+
+def _contract_pending(n: SchemaNames) -> Plan[list[int]]:
+    rows = yield Query(
+        n.render(
+            "SELECT version FROM {versions} WHERE queue_table = %s AND contract_pending"
+            " ORDER BY version"
+        ),
+        (n.key,),
+    )
+    done = [int(version) for (version,) in rows]
+    for version in done:
+        contract = MIGRATIONS[version - 1].contract
+        if contract is not None:
+            yield from contract(n)
+    if done:
+        yield Query(
+            n.render(
+                "UPDATE {versions} SET contract_pending = false, contracted_at = now()"
+                " WHERE queue_table = %s AND version = ANY(%s)"
+            ),
+            (n.key, done),
+        )
+    return done
+
+
+def pending_contract_plan(n: SchemaNames) -> Plan[dict[int, str]]:
+    """The table's contract steps not run yet: what each drops, by version."""
+    ((recorded,),) = yield Query(_HAS_CONTRACT_COLUMNS, (n.versions_regclass,))
+    if not recorded:
+        return {}
+    rows = yield Query(
+        n.render(
+            "SELECT version FROM {versions} WHERE queue_table = %s AND contract_pending"
+            " ORDER BY version"
+        ),
+        (n.key,),
+    )
+    pending = {}
+    for (version,) in rows:
+        if version <= LATEST_VERSION:  # else install() refuses the table anyway
+            drops = MIGRATIONS[version - 1].drops or "what it replaced"
+            pending[int(version)] = drops.format(name=n.key)
+    return pending
 
 
 def uninstall_plan(n: SchemaNames) -> Plan[None]:

@@ -46,8 +46,10 @@ from .jobs import (
 )
 from .migrations import (
     SchemaNames,
+    contract_plan,
     grant_plan,
     install_plan,
+    pending_contract_plan,
     uninstall_plan,
     validate_role,
     version_plan,
@@ -222,6 +224,13 @@ class QueueCore:
     def install(self) -> Operation[list[int]]:
         """Apply the missing schema migrations, in one transaction."""
         return Operation(install_plan(self.schema), atomic=True)
+
+    def contract(self) -> Operation[list[int]]:
+        """Apply the missing migrations, then the pending contract steps, in one transaction."""
+        return Operation(contract_plan(self.schema), atomic=True)
+
+    def pending_contract(self) -> Operation[dict[int, str]]:
+        return Operation(pending_contract_plan(self.schema))
 
     def schema_version(self) -> Operation[int | None]:
         return Operation(version_plan(self.schema))

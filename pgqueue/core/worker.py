@@ -98,6 +98,78 @@ class Outcome:
 
 SUCCESS = Outcome(None)
 
+# How much one new run time or claim round trip moves a `Pace`'s averages.
+PACE_WEIGHT = 0.2
+# About the longest (seconds) a job claimed beyond one per runner waits for
+# a runner; two claim round trips when those take longer.
+HOLD_FOR = 0.01
+
+
+@dataclass(eq=False, slots=True)
+class Pace:
+    """How many jobs a worker holds: one per runner, and beyond that the jobs
+    its runners finish in `HOLD_FOR` (`ahead`), so that no runner idles
+    while a claim makes its round trip. A job held beyond that waits here
+    while a runner of another worker may be free. Until a handler has run,
+    nothing beyond one job per runner. The fetcher's; the completer reports
+    run times."""
+
+    concurrency: int
+    batch_size: int
+    run_time: float | None = None  # seconds a handler runs (moving average); None: none ran
+    round_trip: float = 0.001  # seconds a claim takes (moving average)
+    limit: int = 0  # the most jobs a claim asks for: the batch size, halved by `cancelled`
+
+    def __post_init__(self) -> None:
+        self.limit = self.batch_size
+
+    def ran(self, seconds: float) -> None:
+        """A handler ran for ``seconds``."""
+        if self.run_time is None:
+            self.run_time = seconds
+        else:
+            self.run_time += (seconds - self.run_time) * PACE_WEIGHT
+
+    def claimed(self, seconds: float) -> None:
+        """A claim took ``seconds``, from sending to landing."""
+        self.round_trip += (seconds - self.round_trip) * PACE_WEIGHT
+
+    def ahead(self) -> int:
+        """Jobs to hold beyond one per runner: those the runners finish in
+        `HOLD_FOR` (or two claim round trips); a whole batch for handlers
+        quicker than that."""
+        if self.run_time is None:
+            return 0
+        finished = self.concurrency * max(HOLD_FOR, 2 * self.round_trip)
+        if finished >= self.batch_size * self.run_time:
+            return self.batch_size
+        return int(finished / self.run_time)
+
+    def size(self, held: int, starved: bool) -> int:
+        """How many jobs to claim now, ``held`` being claimed, running or on
+        their way (0: no claim yet): enough for every runner and `ahead`
+        (twice that when the runners ran dry waiting for the last claim);
+        claimed once a runner is free or, for handlers quicker than a claim,
+        once what is held is down by half a batch, then whole batches."""
+        ahead = self.ahead()
+        if starved:
+            ahead += min(ahead, self.limit)
+        wanted = self.concurrency + ahead - held
+        if wanted < max(1, min(ahead, self.limit) // 2):
+            return 0
+        return self.limit if ahead >= self.limit else min(wanted, self.limit)
+
+    def cancelled(self, size: int) -> bool:
+        """A claim of ``size`` jobs was cancelled by the server (a role's
+        ``statement_timeout``): claims ask for half as many at most from now
+        on, down to one. True if that is fewer than it asked (a claim sent
+        before an earlier one was cancelled is fewer already), False if it
+        asked for one."""
+        if size == 1:
+            return False
+        self.limit = min(self.limit, size // 2)
+        return True
+
 
 def describe_jobs(jobs: Iterable[Any], limit: int = 20) -> str:
     """``"12 (send_receipt), 13 (send_receipt)"``: jobs for a log line, the first ``limit``."""

@@ -89,10 +89,15 @@ class Queue:
     def open(self, *, wait: bool = True) -> None:
         """Open the queue's own pool now rather than at first use.
 
-        With ``wait`` (the default), wait until the pool has a connection:
-        `psycopg_pool.PoolTimeout` after the pool's timeout if the server
-        cannot be reached, the pool left open and still trying (a later call
-        works once the server answers). ``wait=False`` returns at once.
+        With ``wait`` (the default), connect once first: a server that
+        cannot be reached raises `psycopg.OperationalError` with its reason
+        (connection refused, password authentication failed, database does
+        not exist...) within the DSN's ``connect_timeout`` (else the pool's
+        timeout, 30 s), and no pool is left behind: a later call tries
+        again. The first call of a queue never opened does the same. Then
+        wait until the pool has a connection. ``wait=False`` opens the pool
+        and returns at once, the pool connecting in the background and
+        retrying until the server answers: what a worker does.
         """
         self._driver.open(wait=wait)
 
@@ -117,12 +122,31 @@ class Queue:
 
         The numbered migrations of `pgqueue.core.migrations` that the table
         lacks are applied in one transaction, one installer at a time
-        (an advisory lock), and recorded in ``pgqueue_schema``. A table
+        (an advisory lock), and recorded in ``pgqueue_schema``. They only
+        expand the schema: what the previous release still uses stays until
+        `contract`. A table
         built by hand with the same columns is adopted in place. Raises
         `pgqueue.SchemaTooNew` if the database is ahead of this library and
         `pgqueue.IncompatibleTable` if a table of that name is not a queue's.
         """
         return self._driver.run(self.core.install())
+
+    def contract(self) -> list[int]:
+        """Drop what the releases before this one used and it does not; return the
+        migrations whose contract step ran (often none).
+
+        Call it (or ``pgqueue migrate --contract``) once every process that
+        uses the table runs this release: `install` only expands the schema,
+        keeping what an older release's workers still read (an index their
+        claim uses) while a deploy rolls out. It applies the missing
+        migrations first, then every pending contract step, in one
+        transaction. See docs/migrations.md, "Rolling deploys".
+        """
+        return self._driver.run(self.core.contract())
+
+    def pending_contract(self) -> dict[int, str]:
+        """The contract steps `contract` would run: what each drops, by migration."""
+        return self._driver.run(self.core.pending_contract())
 
     def schema_version(self) -> int | None:
         """The schema version recorded for the table; None if it was never installed."""

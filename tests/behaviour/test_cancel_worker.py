@@ -260,6 +260,9 @@ async def test_a_job_cancelled_before_a_runner_begins_it_never_runs(
         started.set()
         assert release.wait(PATIENCE)
 
+    # A quick job first: once its handlers have run quicker than a claim, a
+    # worker claims beyond one job per runner (`Pace`).
+    await queue.enqueue("warm")
     blocker = await queue.enqueue("block")
     victim = await queue.enqueue("victim")
 
@@ -271,8 +274,8 @@ async def test_a_job_cancelled_before_a_runner_begins_it_never_runs(
         release.set()
         await events.wait("succeeded", blocker)
 
-    worker = WorkerUnderTest(backend, queue, {"block": block, "victim": ran.append},
-                             concurrency=1, on_event=events)  # fmt: skip
+    handlers = {"warm": lambda job: None, "block": block, "victim": ran.append}
+    worker = WorkerUnderTest(backend, queue, handlers, concurrency=1, on_event=events)
     try:
         await running(worker, body)
     finally:

@@ -124,6 +124,36 @@ async def test_a_limit_of_n_runs_n_jobs_of_its_key_at_once_and_never_more(
     assert (meeting.met, meeting.most) == (8, 2)
 
 
+async def test_two_workers_share_blocking_jobs_rather_than_one_holding_them_all(
+    queue: Any, raw: Raw, backend: str
+) -> None:
+    # Eight jobs meet at once only if both workers of concurrency 4 run
+    # four: a worker claims one job per free runner, and (once its handlers
+    # show they take longer than a claim) no more. First at start-up, then
+    # once each worker has run such jobs.
+    meetings: list[Meeting] = []
+
+    def block(job: pgqueue.Job) -> None:
+        meetings[-1](job)
+        threading.Event().wait(0.5)  # the work: a blocking call of half a second
+
+    workers = [WorkerUnderTest(backend, queue, {"block": block}, concurrency=4) for _ in range(2)]
+    async with anyio.create_task_group() as tg:
+        for worker in workers:
+            tg.start_soon(worker.run)
+        try:
+            for _ in range(2):
+                meetings.append(Meeting(8))
+                await queue.enqueue_many([JobSpec("block", i, max_attempts=1) for i in range(8)])
+                with anyio.fail_after(PATIENCE * 2):
+                    while raw.count("status <> 'dead'") > 0:  # noqa: ASYNC110 - in the database
+                        await anyio.sleep(0.05)
+        finally:
+            for worker in workers:
+                worker.stop()
+    assert [(m.met, m.most) for m in meetings] == [(8, 8), (8, 8)]
+
+
 async def test_a_sync_queue_made_inside_an_event_loop_is_served_by_a_sync_worker(
     dsn: str, table: str, raw: Raw
 ) -> None:

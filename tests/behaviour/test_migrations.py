@@ -59,6 +59,16 @@ async def test_install_on_an_empty_database_applies_every_migration_once(
     assert set(options) == {f"{k}={v}" for k, v in AUTOVACUUM_SETTINGS.items()}
     assert history_exists(raw, table)
     assert running_index(raw, table) is not None
+    # No older release ever used a table this install created: what the
+    # migrations replaced went at once, and no contract step is pending.
+    assert raw.one("SELECT to_regclass(%s)", f"{table}_ready") is None
+    assert raw.one("SELECT to_regclass(%s)", f"{table}_claim") is None
+    contracted = raw.rows(
+        "SELECT version FROM pgqueue_schema WHERE queue_table = %s AND NOT contract_pending"
+        " AND contracted_at IS NOT NULL ORDER BY version",
+        table,
+    )
+    assert contracted == [(7,), (8,)]
     with pytest.raises(psycopg.errors.CheckViolation):
         raw.rows("INSERT INTO {table} (kind, status) VALUES ('a', 'done')")
 
@@ -85,6 +95,10 @@ VALUES ('mail', jsonb_build_object('n', 1), 'pending', 0, NULL, NULL, NULL, now(
     async with open_queue(backend, dsn, table=table) as q:
         assert await q.install() == ALL_VERSIONS
         assert raw.count() == 4  # nothing rewritten, nothing lost
+        # The table's own workers may still claim through its ready index:
+        # it stays until the contract step.
+        assert raw.one("SELECT to_regclass(%s)", f"{table}_ready") is not None
+        assert list(await q.pending_contract()) == [7, 8]
 
         dead = await q.get(ids[4])
         assert dead is not None and dead.status is JobStatus.DEAD
@@ -101,6 +115,37 @@ VALUES ('mail', jsonb_build_object('n', 1), 'pending', 0, NULL, NULL, NULL, now(
     assert sorted(handled) == [1, 2, 3, 4]
     assert raw.count() == 0
     assert recorded_versions(raw, table) == ALL_VERSIONS
+
+
+async def test_a_record_kept_by_a_release_before_expand_and_contract_has_nothing_pending(
+    empty_database: str, table: str, backend: str
+) -> None:
+    async with open_queue(backend, empty_database, table=table) as q:
+        await q.install()
+    # pgqueue_schema as the releases before expand and contract kept it: their
+    # migrations dropped what they replaced at once.
+    with psycopg.connect(empty_database, autocommit=True) as conn:
+        conn.execute(
+            "ALTER TABLE pgqueue_schema DROP COLUMN contract_pending, DROP COLUMN contracted_at"
+        )
+        async with open_queue(backend, empty_database, table=table) as q:
+            assert await q.pending_contract() == {}
+            assert await q.install() == []
+            assert await q.pending_contract() == {}
+            assert await q.contract() == []
+        columns = conn.execute(
+            "SELECT attname FROM pg_attribute WHERE attrelid = 'pgqueue_schema'::regclass"
+            " AND attname LIKE 'contract%' AND NOT attisdropped ORDER BY 1"
+        ).fetchall()
+        assert columns == [("contract_pending",), ("contracted_at",)]
+        # An older release records a migration as it always did: nothing pending.
+        conn.execute(
+            "INSERT INTO pgqueue_schema (queue_table, version, description) VALUES ('x', 1, 'old')"
+        )
+        pending = conn.execute(
+            "SELECT contract_pending FROM pgqueue_schema WHERE queue_table = 'x'"
+        )
+        assert pending.fetchall() == [(False,)]
 
 
 async def test_adopting_a_table_whose_rows_break_the_rules_changes_nothing(
@@ -330,11 +375,14 @@ VALUES ('mail', jsonb_build_object('n', 1), 'pending', 0, NULL, NULL, NULL, now(
             ("default", 0, None)
         ]
         assert raw.rows(f"SELECT queue, priority FROM {table}_history") == [("default", 0)]
-        # The claim index took the ready index's place (7), and the claim
-        # index of jobs without a limit took its place (8).
-        assert index_oid(raw, f"{table}_ready") is None
-        assert index_oid(raw, f"{table}_claim") is None
+        # The claim index is to take the ready index's place (7), and the
+        # claim index of jobs without a limit its place (8); but the ready
+        # index stays, for the old workers still running, until the
+        # operator contracts the schema.
+        assert index_oid(raw, f"{table}_ready") is not None
+        assert index_oid(raw, f"{table}_claim") is not None
         assert index_oid(raw, f"{table}_unlimited") is not None
+        assert list(await q.pending_contract()) == [7, 8]
 
         job = await q.get(ids[2])
         assert job is not None
@@ -350,7 +398,14 @@ VALUES ('mail', jsonb_build_object('n', 1), 'pending', 0, NULL, NULL, NULL, now(
         worker = WorkerUnderTest(backend, q, {"mail": handle}, queues=["default"])
         await worker.run(until_empty=True)
 
-    assert sorted(handled) == [1, 2, 3, 4]
+        assert sorted(handled) == [1, 2, 3, 4]
+        # Every process runs this version now: what they replaced goes.
+        assert await q.contract() == [7, 8]
+        assert index_oid(raw, f"{table}_ready") is None
+        assert index_oid(raw, f"{table}_claim") is None
+        assert await q.pending_contract() == {}
+        assert await q.contract() == []
+
     # The job due tomorrow waits, in the default queue.
     assert raw.rows("SELECT id, status, queue FROM {table}") == [(ids[5], "pending", "default")]
 
@@ -491,8 +546,11 @@ async def test_the_indexes_of_migration_8_built_concurrently_beforehand_are_kept
     async with open_queue(backend, dsn, table=table) as q:
         assert await q.install() == ALL_VERSIONS[7:]
         assert [index_oid(raw, f"{table}_{name}") for name in ("unlimited", "limited")] == built
-        assert index_oid(raw, f"{table}_claim") is None
         assert len(await q.claim(5)) == 3
+        # The claim index it replaces stays for the old workers, until the contract step.
+        assert index_oid(raw, f"{table}_claim") is not None
+        assert await q.contract() == [8]
+        assert index_oid(raw, f"{table}_claim") is None
 
 
 async def test_an_unlimited_index_built_otherwise_is_refused(

@@ -80,6 +80,11 @@ INSERT = sql.SQL(
     "INSERT INTO {} (job_id, attempts, pid, backend, worker, run_at, created_at, client_time)"
     " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
 ).format(EXECUTIONS)
+# The same, with when the job was claimed (the server's clock): `record`'s.
+INSERT_CLAIMED = sql.SQL(
+    "INSERT INTO {} (job_id, attempts, pid, backend, worker, run_at, created_at, client_time,"
+    " locked_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+).format(EXECUTIONS)
 
 _local = threading.local()
 
@@ -93,7 +98,7 @@ def record(job: pgqueue.Job) -> None:
             if conn is None or conn.closed:
                 conn = _local.conn = psycopg.connect(RECORD_DSN, autocommit=True)
             conn.execute(
-                INSERT,
+                INSERT_CLAIMED,
                 (
                     job.id,
                     job.attempts,
@@ -103,6 +108,7 @@ def record(job: pgqueue.Job) -> None:
                     job.run_at,
                     job.created_at,
                     datetime.now(UTC),
+                    job.locked_at,
                 ),
             )
             return

@@ -201,7 +201,7 @@ class Fleet:
             "CREATE TABLE {executions} (id bigserial PRIMARY KEY, job_id bigint NOT NULL,"
             " attempts int NOT NULL, pid int NOT NULL, backend text NOT NULL, worker text,"
             " run_at timestamptz, created_at timestamptz, client_time timestamptz,"
-            " at timestamptz NOT NULL DEFAULT clock_timestamp())"
+            " locked_at timestamptz, at timestamptz NOT NULL DEFAULT clock_timestamp())"
         )
 
     def teardown(self) -> None:

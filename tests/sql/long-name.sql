@@ -3029,41 +3029,38 @@ SELECT i.indrelid IS NOT DISTINCT FROM %s::regclass, i.indisvalid,
 CREATE INDEX IF NOT EXISTS "jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_claim" ON "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj" (queue, priority, run_at, id) WHERE status = 'pending'
 
 -- ==== migration 7, step 8
-DROP INDEX IF EXISTS "jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_ready"
+SELECT i.indrelid IS NOT DISTINCT FROM %s::regclass, i.indisvalid,
+       CASE WHEN i.indisunique = %s THEN split_part(pg_get_indexdef(c.oid), ' USING ', 2) END
+  FROM pg_class c LEFT JOIN pg_index i ON i.indexrelid = c.oid
+ WHERE c.oid = to_regclass(%s)
 
 -- ==== migration 7, step 9
-SELECT i.indrelid IS NOT DISTINCT FROM %s::regclass, i.indisvalid,
-       CASE WHEN i.indisunique = %s THEN split_part(pg_get_indexdef(c.oid), ' USING ', 2) END
-  FROM pg_class c LEFT JOIN pg_index i ON i.indexrelid = c.oid
- WHERE c.oid = to_regclass(%s)
-
--- ==== migration 7, step 10
 CREATE UNIQUE INDEX IF NOT EXISTS "jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_unique_queued" ON "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj" (unique_key) WHERE unique_scope = 'queued' AND status = 'pending' AND attempts = 0
 
--- ==== migration 7, step 11
+-- ==== migration 7, step 10
 SELECT i.indrelid IS NOT DISTINCT FROM %s::regclass, i.indisvalid,
        CASE WHEN i.indisunique = %s THEN split_part(pg_get_indexdef(c.oid), ' USING ', 2) END
   FROM pg_class c LEFT JOIN pg_index i ON i.indexrelid = c.oid
  WHERE c.oid = to_regclass(%s)
 
--- ==== migration 7, step 12
+-- ==== migration 7, step 11
 CREATE UNIQUE INDEX IF NOT EXISTS "jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_unique_active" ON "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj" (unique_key) WHERE unique_scope = 'active' AND status IN ('pending', 'running')
 
--- ==== migration 7, step 13
+-- ==== migration 7, step 12
 CREATE TABLE IF NOT EXISTS "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_unique_leases" (
     unique_key text PRIMARY KEY,
     job_id     bigint NOT NULL,
     expires_at timestamptz NOT NULL
 )
 
--- ==== migration 7, step 14
+-- ==== migration 7, step 13
 CREATE TABLE IF NOT EXISTS "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_queues" (
     queue      text PRIMARY KEY,
     paused     boolean NOT NULL DEFAULT false,
     changed_at timestamptz NOT NULL DEFAULT now()
 )
 
--- ==== migration 7, step 15
+-- ==== migration 7, step 14
 CREATE TABLE IF NOT EXISTS "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_schedules" (
     name        text PRIMARY KEY,
     kind        text NOT NULL,
@@ -3081,12 +3078,15 @@ CREATE TABLE IF NOT EXISTS "ssssssssssssssssssssssssssssssssssssssssssssssssssss
     CHECK ((cron IS NULL) <> (every IS NULL))
 )
 
--- ==== migration 7, step 16
+-- ==== migration 7, step 15
 SELECT pg_get_userbyid(a.grantee), a.privilege_type
   FROM pg_class AS c, aclexplode(c.relacl) AS a
  WHERE c.oid = %s::regclass AND a.grantee <> 0 AND a.grantee <> c.relowner
    AND a.privilege_type IN ('SELECT', 'INSERT', 'UPDATE', 'DELETE')
  ORDER BY 1, 2
+
+-- ==== migration 7 contract, step 1
+DROP INDEX IF EXISTS "jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_ready"
 
 -- ==== migration 8, step 1
 ALTER TABLE "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj"
@@ -3114,18 +3114,15 @@ SELECT i.indrelid IS NOT DISTINCT FROM %s::regclass, i.indisvalid,
 CREATE INDEX IF NOT EXISTS "jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_unlimited" ON "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj" (queue, priority, run_at, id) WHERE status = 'pending' AND limit_key IS NULL
 
 -- ==== migration 8, step 7
-DROP INDEX IF EXISTS "jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_claim"
-
--- ==== migration 8, step 8
 SELECT i.indrelid IS NOT DISTINCT FROM %s::regclass, i.indisvalid,
        CASE WHEN i.indisunique = %s THEN split_part(pg_get_indexdef(c.oid), ' USING ', 2) END
   FROM pg_class c LEFT JOIN pg_index i ON i.indexrelid = c.oid
  WHERE c.oid = to_regclass(%s)
 
--- ==== migration 8, step 9
+-- ==== migration 8, step 8
 CREATE INDEX IF NOT EXISTS "jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_limited" ON "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj" (limit_key, priority DESC, run_at, id) WHERE status = 'pending' AND limit_key IS NOT NULL
 
--- ==== migration 8, step 10
+-- ==== migration 8, step 9
 CREATE TABLE IF NOT EXISTS "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_results" (
     job_id      bigint PRIMARY KEY,
     kind        text NOT NULL,
@@ -3138,17 +3135,17 @@ CREATE TABLE IF NOT EXISTS "ssssssssssssssssssssssssssssssssssssssssssssssssssss
     expires_at  timestamptz NOT NULL
 )
 
--- ==== migration 8, step 11
+-- ==== migration 8, step 10
 CREATE INDEX IF NOT EXISTS "jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_results_expiry" ON "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_results" (expires_at)
 
--- ==== migration 8, step 12
+-- ==== migration 8, step 11
 CREATE TABLE IF NOT EXISTS "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_limits" (
     limit_key  text PRIMARY KEY,
     max_running integer NOT NULL CHECK (max_running >= 0),
     changed_at timestamptz NOT NULL DEFAULT now()
 )
 
--- ==== migration 8, step 13
+-- ==== migration 8, step 12
 CREATE TABLE IF NOT EXISTS "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_limit_slots" (
     limit_key text NOT NULL,
     slot      integer NOT NULL,
@@ -3159,12 +3156,15 @@ CREATE TABLE IF NOT EXISTS "ssssssssssssssssssssssssssssssssssssssssssssssssssss
     CHECK ((job_id IS NULL) = (attempt IS NULL))
 )
 
--- ==== migration 8, step 14
+-- ==== migration 8, step 13
 SELECT pg_get_userbyid(a.grantee), a.privilege_type
   FROM pg_class AS c, aclexplode(c.relacl) AS a
  WHERE c.oid = %s::regclass AND a.grantee <> 0 AND a.grantee <> c.relowner
    AND a.privilege_type IN ('SELECT', 'INSERT', 'UPDATE', 'DELETE')
  ORDER BY 1, 2
+
+-- ==== migration 8 contract, step 1
+DROP INDEX IF EXISTS "jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_claim"
 
 -- ==== migration 9, step 1
 ALTER TABLE "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj" ADD COLUMN IF NOT EXISTS trace_context text

@@ -112,6 +112,9 @@ class FakeQueue:
 
     # -- the calls ----------------------------------------------------------------
 
+    async def open(self, *, wait: bool = True) -> None:
+        """(`AsyncWorker.run`.) Nothing to open."""
+
     async def cycle(
         self,
         succeeded: Sequence[int],
@@ -186,6 +189,10 @@ class FakeQueue:
         if self.refuse_listen:
             raise psycopg.OperationalError("too many connections for role")
         raise AssertionError("the fake has no server to LISTEN on")
+
+    async def schema_version(self) -> int | None:
+        await self._enter("schema_version")
+        return 1
 
     async def register_schedules(self, schedules: Sequence[Schedule]) -> None:
         await self._enter("register_schedules")

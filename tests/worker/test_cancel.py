@@ -237,6 +237,9 @@ async def test_a_plain_handler_that_returns_after_its_cancel_succeeded() -> None
 
 async def test_a_claimed_job_cancelled_before_it_starts_never_starts() -> None:
     fake = FakeQueue()
+    # A quick job first: once its handlers have run quicker than a claim, a
+    # worker claims beyond one job per runner (`Pace`).
+    fake.add("warm")
     [blocker] = fake.add("block")
     [victim] = fake.add("victim")
     events = Events()
@@ -257,7 +260,11 @@ async def test_a_claimed_job_cancelled_before_it_starts_never_starts() -> None:
         release.set()
         await events.wait("succeeded", blocker)
 
-    w = worker(fake, {"block": block, "victim": victim_handler}, events, concurrency=1)
+    async def warm(job: pgqueue.Job) -> None:
+        pass
+
+    w = worker(fake, {"warm": warm, "block": block, "victim": victim_handler}, events,
+               concurrency=1)  # fmt: skip
     await running(w, body)
     assert ran == [] and victim in fake.cancelled
     assert events.names(victim) == ["claimed", "cancelled"]
@@ -267,6 +274,7 @@ async def test_a_claimed_job_cancelled_before_it_starts_never_starts() -> None:
 
 async def test_a_plain_job_waiting_in_a_thread_chunk_is_withdrawn_at_once() -> None:
     fake = FakeQueue()
+    fake.add("warm")  # quick: the worker then claims both jobs below at once (`Pace`)
     [blocker] = fake.add("block")
     [victim] = fake.add("victim")
     events = Events()
@@ -284,8 +292,8 @@ async def test_a_plain_job_waiting_in_a_thread_chunk_is_withdrawn_at_once() -> N
         release.set()
         await events.wait("succeeded", blocker)
 
-    w = worker(fake, {"block": block, "victim": lambda job: ran.append(job.id)}, events,
-               concurrency=1)  # fmt: skip
+    handlers = {"warm": lambda job: None, "block": block, "victim": lambda job: ran.append(job.id)}
+    w = worker(fake, handlers, events, concurrency=1)
     await run_and_release(w, body, release)
     assert ran == [] and victim in fake.cancelled
 

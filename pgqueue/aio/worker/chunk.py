@@ -18,7 +18,7 @@ from ...core.jobs import Job
 
 __all__ = ["Chunk", "Ran"]
 
-# (the run, its error or None, its return value as JSON if kept, run time if timed)
+# (the run, its error or None, its return value as JSON if kept, run time)
 Ran = tuple[JobContext, Exception | None, str | None, float | None]
 
 

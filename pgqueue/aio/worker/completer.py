@@ -56,6 +56,8 @@ class Completer:
     # Called when an outcome that frees a limit's slot is decided, and again
     # once it is written (the crew wires it to `Fetcher.slot_freed`).
     slot_freed: Callable[[], None] = field(default=lambda: None)
+    # Told every handler's run time (the crew wires it to the fetcher's `Pace`).
+    ran: Callable[[float], None] = field(default=lambda seconds: None)
     _ready: Wakeup = field(default_factory=Wakeup, init=False)  # set by `_add`, waited on by `run`
     _takes: int = field(default=0, init=False)  # statements that took outcomes (`run` reads it)
     # The last flush's scope while it runs, and the latest it may end (set by
@@ -72,6 +74,10 @@ class Completer:
     def succeeded(self, job: Job, duration: float | None = None, result: str | None = None) -> None:
         """The handler returned; ``result`` is its return value as JSON, for a
         job with ``result_ttl``."""
+        if duration is not None:
+            self.ran(duration)
+            if not self.reporter.wanted:
+                duration = None  # the outcome carries it for listeners only
         if duration is None and result is None:
             self._add(job, SUCCESS)
         else:
@@ -87,6 +93,8 @@ class Completer:
     ) -> None:
         """Decide what a failed, interrupted, cancelled or released job
         becomes, log it, and queue the outcome for writing."""
+        if duration is not None:
+            self.ran(duration)
         self._add(job, self._decide(job, error, event, duration, exc))
 
     def raised(self, context: JobContext, exc: Exception, duration: float | None) -> None:

@@ -1,15 +1,15 @@
 """The fetcher: claims batches for the runners, and orphaned jobs to run alone.
 
-A claim is sent when the runners are down to their low-water mark, and
-carries every outcome waiting (`Completer.cycle`). When the runners ran dry
-waiting for the last claim, the next one goes out a batch earlier, so
-that two claims are in flight: the database works on one while the
-runners finish the other's jobs, until a claim comes back empty. The
-last empty claim sends the fetcher to sleep until a notification, an
-outcome or ``poll_interval``. A limited
-job's outcome is not left to wait: while a runner is about to be free, a
-claim carries it at once, and the claim after it (the first that can see
-the slot free) follows as soon as that one returns.
+A claim is sent when a runner is free, or, for handlers quicker than a
+claim, when what the worker holds is down by half a batch; it asks for
+what `Pace` says (one job per runner, and what the runners finish while
+claims make their round trip) and carries every outcome waiting
+(`Completer.cycle`). When the runners ran dry waiting for the last claim,
+the next one goes out earlier, so that two claims are in flight. A claim
+that comes back short (or empty) sends the fetcher to sleep until a
+notification, an outcome or ``poll_interval``. A limited job's outcome is
+not left to wait: while a runner is about to be free, a claim carries it
+at once (and claims the next job of its key on its slot).
 
 An orphaned job (`Job.orphaned`: its last worker vanished holding it) is
 kept out of batches and run alone: held until nothing else is claimed,
@@ -31,7 +31,7 @@ import psycopg.errors
 from ...core.heads import Heads
 from ...core.jobs import Job
 from ...core.ledger import Ledger, Phase
-from ...core.worker import RETRY_BACKOFF, Outcome, WorkerSettings, describe_jobs
+from ...core.worker import RETRY_BACKOFF, Outcome, Pace, WorkerSettings, describe_jobs
 from .calls import DATABASE_ERRORS, Calls, Shields, WorkerQueue
 from .completer import Completer
 from .flags import Broadcast, Wakeup
@@ -67,6 +67,9 @@ class Fetcher:
     # for it, so that LISTEN never takes the connection a claim needs first.
     reached: anyio.Event = field(default_factory=anyio.Event)
     _in_flight: int = field(default=0, init=False)
+    _coming: int = field(default=0, init=False)  # the most jobs the claims in flight may bring
+    # How many jobs to hold: the completer reports run times (`Pace.ran`).
+    pace: Pace = field(init=False)
     _starved: bool = field(default=False, init=False)  # the runners ran dry waiting last time
     _alone: bool = field(default=False, init=False)  # an orphan is held or running
     # An outcome that frees a limit's slot waits to be written, or was just
@@ -74,7 +77,6 @@ class Fetcher:
     # claim goes at once, so that a waiting job of the key takes the slot.
     _slot_freed: bool = field(default=False, init=False)
     _errors: int = field(default=0, init=False)  # database errors in a row
-    _limit: int = field(default=0, init=False)  # jobs per claim; halved when the server cancels one
     _next_orphan_look: float = field(default=0.0, init=False)
     # Set by a claim that found nothing with no other in flight: whether
     # nothing was held either (the queue is drained).
@@ -89,7 +91,7 @@ class Fetcher:
     shields: Shields = field(default_factory=Shields, init=False)
 
     def __post_init__(self) -> None:
-        self._limit = self.settings.batch_size
+        self.pace = Pace(self.settings.concurrency, self.settings.batch_size)
         # A worker (re)started after a crash looks at once: the orphans may be its own.
         self._next_orphan_look = anyio.current_time()
 
@@ -123,45 +125,43 @@ class Fetcher:
                     else:
                         token_in = self._token_at - anyio.current_time()
                         await self.wakeup.wait_for(min(self.settings.poll_interval, token_in))
-                elif self._may_claim():
+                elif size := self._claim_size():
                     if not await self._orphans_first():
                         self._in_flight += 1
+                        self._coming += size
                         self._slot_freed = False  # this claim carries it, or sees it
-                        claims.start_soon(self._claim)
+                        claims.start_soon(self._claim, size)
                 else:
                     await self.demand.wait()
 
-    def _may_claim(self) -> bool:
-        """Whether to send a claim now: when the jobs left unstarted plus those
-        on their way are down to the low-water mark (a batch more when the
-        runners ran dry waiting last time)."""
+    def _claim_size(self) -> int:
+        """How many jobs to claim now (0: no claim yet): `Pace.size`, counting
+        the claims in flight; at once for a limited job's outcome."""
         if self._alone or self._in_flight >= MAX_CLAIMS_IN_FLIGHT:
-            return False
+            return 0
         if self._slot_freed and self.ledger.unstarted < self.settings.concurrency:
-            return True
+            return self.pace.limit
         if self._in_flight and not self._starved:
-            return False  # a second claim only beside runners that ran dry
-        batch = self._limit
-        target = self.runners.low_water + (
-            batch * (MAX_CLAIMS_IN_FLIGHT - 1) if self._starved else 0
-        )
-        return self.ledger.unstarted + self._in_flight * batch <= target
+            return 0  # a second claim only beside runners that ran dry
+        held = self.ledger.count(Phase.CLAIMED, Phase.RUNNING) + self._coming
+        return self.pace.size(held, self._starved)
 
-    async def _claim(self) -> None:
-        """One claim (``_in_flight`` counted by the caller): hand out what it
-        found, or tell the loop that it found nothing."""
+    async def _claim(self, size: int) -> None:
+        """One claim of ``size`` jobs (``_in_flight`` and ``_coming`` counted by
+        the caller): hand out what it found, or tell the loop that it found
+        nothing."""
         quiet = not self.ledger.busy() and self._in_flight == 1
         jobs: list[Job] = []  # unless the claim returns before a stop gives up on it
         carried = walked = 0
         token_in: float | None = None
-        limit = self._limit
         heads = self.heads.send(now=anyio.current_time())
         try:
             # Shielded: a claim that committed is never dropped on the floor
             # (unless a stop finds it still waiting after the grace period).
+            sent = anyio.current_time()
             with self.shields.shielded():
                 jobs, carried, token_in, walked = await self.completer.cycle(
-                    self._limit,
+                    size,
                     self.settings.kinds,
                     self.settings.queues,
                     self.settings.claim_bytes,
@@ -171,15 +171,19 @@ class Fetcher:
                     heads,
                 )
         except DATABASE_ERRORS as exc:
-            if isinstance(exc, psycopg.errors.QueryCanceled) and self._smaller_claims():
+            if isinstance(exc, psycopg.errors.QueryCanceled) and self.pace.cancelled(size):
                 self._errors = 0  # a smaller claim is a new try, not a repeat
+                log.warning("worker %s: a claim of %d jobs was cancelled by the server "
+                            "(statement_timeout?); claiming at most %d jobs at a time from now "
+                            "on", self.settings.name, size, self.pace.limit)  # fmt: skip
             # Still counted in flight while it backs off: no other claim meanwhile.
             await self._pause("claim", exc)
-            self._landed()
+            self._landed(size)
             return
-        self._landed()
+        self.pace.claimed(anyio.current_time() - sent)
+        self._landed(size, counted=True)
         self._errors = 0
-        self.heads.landed(heads, jobs, walked=walked, limit=limit, now=anyio.current_time())
+        self.heads.landed(heads, jobs, walked=walked, limit=size, now=anyio.current_time())
         self.reached.set()
         self._token_at = float("inf") if token_in is None else anyio.current_time() + token_in
         if jobs:
@@ -187,7 +191,7 @@ class Fetcher:
             # batch was cut by its payloads' size): no claim earlier next
             # time, and none at the low-water mark until there is news (a
             # notification, a slot freed, the poll), as after an empty one.
-            short = len(jobs) < self._limit and self.settings.claim_bytes is None
+            short = len(jobs) < size and self.settings.claim_bytes is None
             # Ran dry waiting: claim earlier. Plenty left: claim later.
             if self.ledger.unstarted == 0:
                 self._starved = not short
@@ -212,6 +216,7 @@ class Fetcher:
                 # at once, say) were invisible to its claim: no proof of an
                 # empty queue.
                 self._found_nothing = quiet and not carried and not self.ledger.outcomes_pending()
+        self._coming -= size
 
     async def _new_to_this_worker(self, jobs: list[Job]) -> list[Job]:
         """The claimed jobs this worker does not hold already. One it still runs
@@ -237,9 +242,12 @@ class Fetcher:
         ids = {job.id for job in again}
         return [job for job in jobs if job.id not in ids]
 
-    def _landed(self) -> None:
-        """A claim is no longer in flight: the loop and a held orphan look again."""
+    def _landed(self, size: int, counted: bool = False) -> None:
+        """A claim is no longer in flight: the loop and a held orphan look
+        again. Its jobs stay ``_coming`` while ``counted`` (until handed out)."""
         self._in_flight -= 1
+        if not counted:
+            self._coming -= size
         self.demand.set()
         self.progress.notify()
 
@@ -295,18 +303,6 @@ class Fetcher:
                     await self.progress.wait()
         finally:
             self._alone = False
-
-    def _smaller_claims(self) -> bool:
-        """A claim cancelled by the server (a role's ``statement_timeout``): the
-        next ones ask for half as many jobs, down to one, for the rest of the run;
-        False if they were down to one already."""
-        if self._limit == 1:
-            return False
-        self._limit //= 2
-        log.warning("worker %s: a claim was cancelled by the server (statement_timeout?); "
-                    "claiming at most %d jobs at a time from now on", self.settings.name,
-                    self._limit)  # fmt: skip
-        return True
 
     async def _pause(self, what: str, exc: BaseException) -> None:
         self._errors += 1

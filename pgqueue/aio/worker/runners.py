@@ -75,8 +75,7 @@ class Runners:
     handlers: Handlers
     ledger: Ledger[Outcome]
     completer: Completer
-    demand: Wakeup  # the fetcher's: set once a batch at the low-water mark
-    timed: bool  # run times are for listeners only
+    demand: Wakeup  # the fetcher's: set at the low-water mark, and by a runner with nothing to do
     table: str = ""  # the queue's, for the spans of runs
     low_water: int = field(default=0, init=False)
     _work: Broadcast = field(default_factory=Broadcast, init=False)  # jobs handed out, or closed
@@ -93,7 +92,7 @@ class Runners:
         self.low_water = self.settings.batch_size // 2
         self._limiter = anyio.CapacityLimiter(self.settings.concurrency)
         self._threads = Threads(self.settings, self.handlers, self.ledger, self.completer,
-                                self._limiter, self.timed, self.table)  # fmt: skip
+                                self._limiter, self.table)  # fmt: skip
 
     def hand_out(self, jobs: list[Job]) -> None:
         """(Fetcher.) Claimed jobs for the runners, in claim order."""
@@ -171,6 +170,7 @@ class Runners:
         while not self._closed:
             job = self.ledger.next_unstarted()
             if job is None:
+                self.demand.set()  # a runner is free: the fetcher may claim for it
                 # Nothing claimed waits: the tail of a chunk may, now or soon.
                 chunk, retry_in = threads.steal()
                 if chunk is not None:
@@ -220,7 +220,7 @@ class Runners:
                     self.completer.failed(job, CANCELLED_UNSTARTED, Event.CANCEL)
                     return False
             began = True
-            start = perf_counter() if self.timed else None
+            start = perf_counter()
             if handler is None:
                 raise MissingHandler(job.kind, self.handlers.kinds())
             with anyio.fail_after(timeout) if timeout is not None else _NO_TIMEOUT:
@@ -236,7 +236,7 @@ class Runners:
                 else:
                     # Abandoned on timeout: a thread cannot be killed; see the docs.
                     _, exc, result, _ = await anyio.to_thread.run_sync(
-                        call_plain, handler, context, self.table, self.timed,
+                        call_plain, handler, context, self.table,
                         abandon_on_cancel=True, limiter=self._limiter,
                     )  # fmt: skip
                     if exc is not None:
@@ -260,8 +260,7 @@ class Runners:
         except Exception as exc:
             self.completer.raised(context, exc, _since(start, handler))
         else:
-            self.completer.succeeded(job, None if start is None else perf_counter() - start,
-                                     result)  # fmt: skip
+            self.completer.succeeded(job, perf_counter() - start, result)
         finally:
             del self._runs[job.id]
             CURRENT.reset(token)
@@ -273,5 +272,5 @@ _NO_TIMEOUT = nullcontext()
 
 
 def _since(start: float | None, handler: object) -> float | None:
-    """A handler's run time, if timed (none when there was no handler to run)."""
+    """A handler's run time (none when there was no handler to run)."""
     return None if start is None or handler is None else perf_counter() - start

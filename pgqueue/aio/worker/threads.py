@@ -1,7 +1,7 @@
 """Plain-function jobs in worker threads, a few to a thread hop.
 
 A hop costs more than a trivial handler, so a runner that begins plain
-jobs takes its fair share of a batch (`Chunk`) and runs them one after
+jobs takes its fair share of those waiting (`Chunk`) and runs them one after
 another in one thread, until one of them is slow enough to be worth a hop
 of its own (`WORTH_A_HOP`; a kind that was slow last time begins a hop of
 its own from then on), so that a quick job's outcome never waits for a
@@ -50,12 +50,12 @@ log = logging.getLogger("pgqueue.worker")
 WORTH_A_HOP = 0.005
 
 
-def call_plain(handler: Callable[..., Any], context: JobContext, table: str, timed: bool) -> Ran:
+def call_plain(handler: Callable[..., Any], context: JobContext, table: str) -> Ran:
     """In a worker thread: run one plain handler in its job's context, and
     encode its return value if the job keeps it."""
     job = context.job
     token = CURRENT.set(context)
-    start = perf_counter() if timed else None
+    start = perf_counter()
     tracer = tracing.tracer
     try:
         if tracer is None:
@@ -65,10 +65,10 @@ def call_plain(handler: Callable[..., Any], context: JobContext, table: str, tim
                 value = handler(job)
         result = None if job.result_ttl is None else encode_result(value, job.kind)
     except Exception as exc:
-        return context, exc, None, None if start is None else perf_counter() - start
+        return context, exc, None, perf_counter() - start
     finally:
         CURRENT.reset(token)
-    return context, None, result, None if start is None else perf_counter() - start
+    return context, None, result, perf_counter() - start
 
 
 def log_cancel_asked(job: Job) -> None:
@@ -88,7 +88,6 @@ class Threads:
     ledger: Ledger[Outcome]
     completer: Completer
     limiter: anyio.CapacityLimiter  # the runners': at most ``concurrency`` threads
-    timed: bool
     table: str
     _chunks: set[Chunk] = field(default_factory=set, init=False)  # taken, not finished
     # Every job of a chunk whose outcome has not gone to the completer yet,
@@ -113,10 +112,12 @@ class Threads:
 
     def take(self) -> Chunk:
         """Begin the next claimed jobs, while they are chunk jobs: a fair share
-        of the batch, but a job of a kind that was slow last time alone (the
-        next runner begins the next job at once). (Fewer jobs than runners
-        are shared out by `steal`.)"""
-        ledger, share = self.ledger, max(1, self.settings.batch_size // self.settings.concurrency)
+        of those waiting (one each while there are no more than runners), at
+        most of a batch, but a job of a kind that was slow last time alone
+        (the next runner begins the next job at once). (A chunk's tail is
+        shared out by `steal`.)"""
+        ledger, runners = self.ledger, self.settings.concurrency
+        share = max(1, min(self.settings.batch_size, ledger.unstarted) // runners)
         worker, runs, slow = self.settings.name, list[JobContext](), self._slow
         while len(runs) < share:
             job = ledger.next_unstarted()
@@ -217,13 +218,13 @@ class Threads:
         cut, or until a handler worth a hop of its own has run or is next
         (its kind was slow last time): the outcomes so far then go out at
         once, and the rest waits for the next hop (or an idle runner's `steal`)."""
-        handlers, table, timed, slow = self.handlers, self.table, self.timed, self._slow
+        handlers, table, slow = self.handlers, self.table, self._slow
         context = chunk.start_next()
         while context is not None:
             kind = context.job.kind
             handler = handlers.get(kind)
             assert handler is not None
-            chunk.ran_one(call_plain(handler, context, table, timed))
+            chunk.ran_one(call_plain(handler, context, table))
             if perf_counter() - chunk.since >= WORTH_A_HOP:  # since it began
                 slow.add(kind)
                 return

@@ -12,6 +12,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 from ..core.backoff import Backoff
+from ..core.heads import NO_HEADS, ClaimHeads
 from ..core.jobs import DEFAULT_QUEUE, Job, JobSpec, JobStatus, Stats, default_worker_name
 from ..core.ops import Cancelled, Cycle, Failure, Heartbeat, LimitState, QueueCore, QueueState
 from ..core.results import JobResult
@@ -482,15 +483,17 @@ class AsyncQueue:
         results: Mapping[int, str] | None = None,
         limited_max: int | None = None,
         plain: bool = False,
+        heads: ClaimHeads = NO_HEADS,
     ) -> Cycle:
         """Record ``worker``'s outcomes and claim its next batch in one round trip
         (at most ``limit`` jobs; with ``claim_bytes``, stopping at the one
         whose payload takes the batch past that many bytes). ``results``:
         the return values (JSON text) of successes that keep one; ``plain``:
-        no success holds a limit slot or keeps a result (see `QueueCore.cycle`)."""
+        no success holds a limit slot or keeps a result (see `QueueCore.cycle`);
+        ``heads``: where the claim starts in each level (`pgqueue.core.heads`)."""
         op = self.core.cycle(succeeded, failures, worker=worker, limit=limit, kinds=kinds,
                              queues=queues, claim_bytes=claim_bytes, results=results,
-                             limited_max=limited_max, plain=plain)  # fmt: skip
+                             limited_max=limited_max, plain=plain, heads=heads)  # fmt: skip
         return await self._driver.run(op)
 
     async def claim_orphan(

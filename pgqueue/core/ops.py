@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from .backoff import Backoff
+from .heads import NO_HEADS, ClaimHeads
 from .jobs import (
     DEFAULT_QUEUE,
     DEFAULT_VISIBILITY_TIMEOUT,
@@ -113,6 +114,9 @@ class Cycle:
     # How many limit slots its outcomes left free: slots handed straight to a
     # waiting job of their key (claimed by this very turn) are not counted.
     slots_left_free: int = 0
+    # How many claim-index entries the turn read, dead ones included
+    # (`pgqueue.core.heads`).
+    walked: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -450,6 +454,7 @@ class QueueCore:
         results: Mapping[int, str] | None = None,
         limited_max: int | None = None,
         plain: bool = False,
+        heads: ClaimHeads = NO_HEADS,
     ) -> Operation[Cycle]:
         """One turn of a worker: record its outcomes and claim its next batch,
         in one statement (see `Statements.cycle`); the batch stops at the job
@@ -460,13 +465,14 @@ class QueueCore:
         the caller knows that no success holds a limit slot or keeps a
         result (a worker knows from its `Job`), and the statement leaves
         that bookkeeping out; should one do either, a second statement
-        records it in full."""
+        records it in full. ``heads``: where the claim starts in each level
+        (`pgqueue.core.heads`)."""
         claim = self._claim_params(limit, worker, kinds, queues)
         if validate_claim_bytes(claim_bytes) is not None:
             claim["claim_bytes"] = claim_bytes
         if limited_max is not None:
             claim["limited_max"] = min(validate_limit(limited_max), claim["limit"])
-        return self._cycle(succeeded, failures, worker, claim, results, plain)
+        return self._cycle(succeeded, failures, worker, claim, results, plain, heads)
 
     def _cycle(
         self,
@@ -476,15 +482,24 @@ class QueueCore:
         claim: dict[str, Any],
         results: Mapping[int, str] | None = None,
         plain: bool = False,
+        heads: ClaimHeads = NO_HEADS,
     ) -> Operation[Cycle]:
-        claim = dict(claim)
+        # Without heads the turn is the statement it was before they existed.
+        with_heads = bool(heads.heads)
+        claim = {**claim, **heads.params()} if with_heads else dict(claim)
         limit = claim.pop("limit")
         limited_max = claim.pop("limited_max", limit)
         shape = ("queues" in claim, "kinds" in claim, "claim_bytes" in claim)
         limited = self.limits_in_use
         plain = plain and not results
         statement = self.sql.turn(
-            *shape, limit, limited, limited_max, failures=bool(failures), plain=plain
+            *shape,
+            limit,
+            limited,
+            limited_max,
+            failures=bool(failures),
+            plain=plain,
+            heads=with_heads,
         )
         params = {**claim, "worker": worker, "done": list(succeeded)}
         if failures:
@@ -493,9 +508,9 @@ class QueueCore:
             params |= _result_arrays(results)
 
         def plan() -> Plan[Cycle]:
-            ((done, failed, statuses, claimed, _, slots, token_in, left_free),) = yield Query(
-                statement, params
-            )
+            (
+                (done, failed, statuses, claimed, _, slots, token_in, left_free, walked),
+            ) = yield Query(statement, params)
             if plain and len(done) < len(params["done"]):
                 # A success held a slot or kept a result after all (or its
                 # lease was lost, and this finds it gone again).
@@ -503,7 +518,7 @@ class QueueCore:
                 rest = [i for i in params["done"] if i not in seen]
                 full = self.sql.turn(*shape, 0, False, 0, failures=False)
                 rest_params = {**claim, "worker": worker, "done": rest, **_result_arrays(None)}
-                ((recorded, _, _, _, _, _, _, freed),) = yield Query(full, rest_params)
+                ((recorded, _, _, _, _, _, _, freed, _),) = yield Query(full, rest_params)
                 done = done + recorded
                 left_free += freed
             self.limits_in_use = slots
@@ -512,14 +527,20 @@ class QueueCore:
                 # of the batch again, limited jobs included, at once.
                 more = limit - len(claimed)
                 again = self.sql.turn(
-                    *shape, more, True, min(limited_max, more), failures=False, plain=True
+                    *shape,
+                    more,
+                    True,
+                    min(limited_max, more),
+                    failures=False,
+                    plain=True,
+                    heads=with_heads,
                 )
                 nothing = {**claim, "worker": worker, "done": []}
-                ((_, _, _, more, _, _, token_in, _),) = yield Query(again, nothing)
+                ((_, _, _, more, _, _, token_in, _, _),) = yield Query(again, nothing)
                 claimed = claimed + more
             written = {i: JobStatus(s) for i, s in zip(failed, statuses, strict=True)}
             jobs = _in_claim_order(map(Job.from_json, claimed))
-            return Cycle(done, written, jobs, token_in, left_free)
+            return Cycle(done, written, jobs, token_in, left_free, walked)
 
         return Operation(plan())
 

@@ -210,6 +210,11 @@ class Statements:
             sql.SQL(f"j.{c}") for c in leaving_cols if c != "last_error"
         ) + sql.SQL(",\n              COALESCE(f.error, j.last_error) AS last_error")
         self.claim_index_name = f"{name}_unlimited"
+        # The claim index, as a regclass literal: the turn reports how many
+        # of its entries the transaction read (`pgqueue.core.heads`).
+        names["unlimited_index"] = sql.Literal(
+            sql.Identifier(*parts[:-1], self.claim_index_name).as_string(None)
+        )
 
         # One job, announced in the same statement; the notification is
         # delivered when the caller's transaction commits, never before.
@@ -375,6 +380,71 @@ found(queue) AS (
       FROM found AS f WHERE f.queue IS NOT NULL)"""
         given_queues = """
 found(queue) AS (SELECT unnest(%(queues)s::text[]))"""
+        # A worker's claim may be given heads (`pgqueue.core.heads`, a JSON
+        # array: the planner guesses as many rows of it whatever it holds,
+        # so that the statement's generic plan costs what its custom plans
+        # do and is kept; from arrays, unnest's row estimate followed the
+        # values, and every turn was planned anew, 1.5 ms). For a
+        # level, the (run_at, id) of the last job it claimed there. Entries
+        # of the level up to its head are taken as gone (under a held
+        # snapshot they are dead entries, which every probe would otherwise
+        # step over one by one): the pick starts after the head, and the
+        # walks below never step into those entries; a level with a head
+        # is a level, whether or not a live job is left in it. A turn sent
+        # without heads leaves all of this out: its claim is the one above.
+        heads_cte = """
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM jsonb_to_recordset(%(heads)s::jsonb)
+        AS h(queue text, priority smallint, run_at timestamptz, id bigint)),"""
+        # The queues with pending jobs, each probe bounded by the next
+        # queue's first head (before: that head's level and all above it).
+        every_queue_after_heads = """
+found(queue) AS (
+    SELECT {first_queue}
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
+  UNION ALL
+    SELECT {next_queue}
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL)"""
+        queue_probe = """CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM {table}
+             WHERE status = 'pending' AND limit_key IS NULL{after})
+         ELSE coalesce(
+           (SELECT min(queue) FROM {table}
+             WHERE status = 'pending' AND limit_key IS NULL{after}
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END"""
+        # Each queue's levels, highest first, each probe bounded below by
+        # the head of the next level down that has one.
+        levels_after_heads = """
+served(queue) AS (
+    SELECT queue FROM found
+     WHERE queue IS NOT NULL
+       AND NOT EXISTS (SELECT FROM {queues} AS q WHERE q.queue = found.queue AND q.paused)),
+levels(queue, priority) AS (
+    SELECT l.queue, {next_level}
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l{head_below}
+  UNION ALL
+    SELECT l.queue, {next_level}
+      FROM levels AS l{head_below}
+     WHERE l.priority IS NOT NULL)"""
+        head_below = """
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true"""
+        next_level = """coalesce(
+           (SELECT max(priority) FROM {table}
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)"""
         levels = """
 served(queue) AS (
     SELECT queue FROM found
@@ -399,11 +469,11 @@ picked AS (
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l{per_kind}
+             FROM levels AS l{level_head}{per_kind}
             CROSS JOIN LATERAL (
                   SELECT run_at, id, {size} AS size FROM {table}
                    WHERE status = 'pending' AND limit_key IS NULL
-                     AND queue = l.queue AND priority = l.priority
+                     AND queue = l.queue AND priority = l.priority{after_head}
                      AND run_at <= now(){kind_filter}{orphans}
                    ORDER BY run_at, id
                    LIMIT {limit}
@@ -412,6 +482,12 @@ picked AS (
             ORDER BY c.run_at, c.id
             LIMIT {limit}) AS x
      LIMIT {limit})"""
+        # A level's head, for the pick (none: from the level's start).
+        level_head = """
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority"""
+        after_head = """
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))"""
         # A worker's batch may stop at the job whose payload would take it
         # past %(claim_bytes)s (stored size; the first job always comes):
         # the worker holds about six times its batch's payloads in memory.
@@ -523,7 +599,7 @@ spent AS (
 UPDATE {table} AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY({limited_ids}ARRAY(
-WITH RECURSIVE{found},{levels},{pick}
+WITH RECURSIVE{heads}{found},{levels},{pick}
 {take}{rest}))
 RETURNING {jcols}"""
         no_orphans = sql.SQL("\n                     AND NOT coalesce({}, false)").format(ORPHANED)
@@ -545,6 +621,7 @@ RETURNING {jcols}"""
             limited_jobs: bool = True,
             limited_max: int | None = None,
             handed: bool = False,
+            heads: bool = False,
         ) -> tuple[sql.Composable, sql.Composable]:
             """The claim's CTEs of limited jobs (none without `limited_jobs`),
             and its UPDATE; a worker's (`worker`) leaves orphaned jobs out of
@@ -560,12 +637,30 @@ RETURNING {jcols}"""
                 ),
                 kind_filter=sql.SQL(" AND kind = k.kind" if kinds else ""),
                 orphans=no_orphans if worker else sql.SQL(""),
+                level_head=sql.SQL(level_head if heads else ""),
+                after_head=sql.SQL(after_head if heads else ""),
                 size=payload_size if budget else sql.SQL("0"),
                 **names,
             )
+            if heads:
+                found = sql.SQL(given_queues if queues else every_queue_after_heads).format(
+                    first_queue=sql.SQL(queue_probe).format(after=sql.SQL(""), **names),
+                    next_queue=sql.SQL(queue_probe).format(
+                        after=sql.SQL("\n               AND queue > f.queue"), **names
+                    ),
+                )
+                walk = sql.SQL(levels_after_heads).format(
+                    next_level=sql.SQL(next_level).format(**names),
+                    head_below=sql.SQL(head_below),
+                    **names,
+                )
+            else:
+                found = sql.SQL(given_queues if queues else every_queue).format(**names)
+                walk = sql.SQL(levels).format(**names)
             update = sql.SQL(claim).format(
-                found=sql.SQL(given_queues if queues else every_queue).format(**names),
-                levels=sql.SQL(levels).format(**names),
+                heads=sql.SQL(heads_cte if heads else ""),
+                found=found,
+                levels=walk,
                 pick=picked,
                 take=sql.SQL(within_budget if budget else "SELECT id FROM picked"),
                 limited_ids=sql.SQL(
@@ -856,6 +951,8 @@ SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM failed),
         # at-least-once delivery allows. Enqueues are never relaxed.
         cycle = (
             "\nWITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),"
+            "\nread AS MATERIALIZED ("
+            "SELECT pg_stat_get_xact_tuples_returned({unlimited_index}::regclass) AS before),"
             "{limited}{done},{failures},"
             """
 claimed AS ({claim})
@@ -866,8 +963,9 @@ SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM done),
        {told},
        EXISTS (SELECT FROM {slots}),
        {wake},
-       {left_free}
-  FROM relax"""
+       {left_free},
+       pg_stat_get_xact_tuples_returned({unlimited_index}::regclass) - read.before
+  FROM relax, read"""
         )
         worker_done = sql.SQL(done).format(
             fence=sql.SQL(" AND locked_by = %(worker)s"), keep=keep_done, after=after_done, **names
@@ -908,8 +1006,13 @@ SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM done),
             "\nfailed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false)"
         )
 
-        # The worker's turn, by shape: see `turn`. Its last column: in how
-        # many seconds a key it left jobs of for want of a token has one.
+        # The worker's turn, by shape: see `turn`. Its last columns: in how
+        # many seconds a key it left jobs of for want of a token has one;
+        # how many slots it left free; how many claim-index entries it read
+        # (`pgqueue.core.heads`). The server counts the entries a backend
+        # read since it last reported its statistics (about once a second,
+        # whatever the function's name says): `read`, scanned before the
+        # columns are, holds the count before the claim.
         self._worker_done = worker_done
         self._turn_parts = (
             cycle,
@@ -924,6 +1027,11 @@ SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM done),
         # As shown in docs/design.md: a worker's turn and a claim, for the
         # default batch sizes.
         self.cycle = self.turn(False, False, False, 100)
+        # And as most turns are sent while a snapshot is held (no limits in
+        # use, plain successes), with heads (`pgqueue.core.heads`).
+        self.cycle_with_heads = self.turn(
+            False, False, False, 100, False, failures=False, plain=True, heads=True
+        )
         self.claim = self.claim_for(False, False, 20)
 
         # The reaper, step 0: one reaper at a time per table; the others skip.
@@ -1389,6 +1497,7 @@ SELECT EXISTS (SELECT FROM s), (SELECT id FROM job),
         *,
         failures: bool = True,
         plain: bool = False,
+        heads: bool = False,
     ) -> bytes:
         """A worker's turn (see the ``cycle`` template above) claiming up to
         `limit` jobs, with ``queues``, ``kinds`` and ``claim_bytes``
@@ -1396,7 +1505,9 @@ SELECT EXISTS (SELECT FROM s), (SELECT id FROM job),
         most `limited_max` of them (default: `limit`). Without `failures`,
         it records none (and takes no failure parameters); if `plain`, its
         successes are those that hold no limit slot and keep no result
-        (and it takes no result parameters)."""
+        (and it takes no result parameters). With `heads`, its claim starts
+        each level after its head (a ``heads`` parameter: `pgqueue.core.heads`);
+        without, it is the claim it was before heads existed."""
         (cycle, handing_done, plain_done, failure_ctes, no_failures, told, left_free, names) = (
             self._turn_parts
         )
@@ -1417,6 +1528,7 @@ SELECT EXISTS (SELECT FROM s), (SELECT id FROM job),
                 limited_jobs=limited,
                 limited_max=limited_max,
                 handed=handed,
+                heads=heads,
             )
             ctes = ctes + sql.SQL(",") if limited else ctes
             full_done = handing_done(queues, kinds) if handed else self._worker_done
@@ -1432,7 +1544,7 @@ SELECT EXISTS (SELECT FROM s), (SELECT id FROM job),
                 **names,
             )
 
-        shape = (queues, kinds, budget, limit, limited, limited_max, failures, plain)
+        shape = (queues, kinds, budget, limit, limited, limited_max, failures, plain, heads)
         return self._remember(("turn", *shape), render)
 
 

@@ -124,8 +124,121 @@ SELECT id FROM picked
  LIMIT 20 - (SELECT count(*) FROM limited)))
 RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
 
--- ==== _rendered[('turn', False, False, False, 100, True, 100, True, False)]
+-- ==== _rendered[('turn', False, False, False, 100, False, 100, False, True, True)]
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+claimed AS (
+UPDATE "pgqueue_jobs" AS j
+   SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
+ WHERE j.id = ANY(ARRAY(
+WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM jsonb_to_recordset(%(heads)s::jsonb)
+        AS h(queue text, priority smallint, run_at timestamptz, id bigint)),
+found(queue) AS (
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
+  UNION ALL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
+served(queue) AS (
+    SELECT queue FROM found
+     WHERE queue IS NOT NULL
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
+levels(queue, priority) AS (
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
+picked AS (
+    SELECT p.priority, x.run_at, x.id, x.size
+      FROM (SELECT DISTINCT priority FROM levels
+             WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
+     CROSS JOIN LATERAL (
+           SELECT c.run_at, c.id, c.size
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
+            CROSS JOIN LATERAL (
+                  SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
+                   WHERE status = 'pending' AND limit_key IS NULL
+                     AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
+                     AND run_at <= now()
+                     AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
+                   ORDER BY run_at, id
+                   LIMIT 100
+                   FOR UPDATE SKIP LOCKED) AS c
+            WHERE l.priority = p.priority
+            ORDER BY c.run_at, c.id
+            LIMIT 100) AS x
+     LIMIT 100)
+SELECT id FROM picked))
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
+       (SELECT coalesce(array_agg(id), '{}') FROM failed),
+       (SELECT coalesce(array_agg(status), '{}') FROM failed),
+       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       0,
+       EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
+       NULL::double precision,
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
+
+-- ==== _rendered[('turn', False, False, False, 100, True, 100, True, False, False)]
+WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -387,8 +500,9 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== allocate_ids
 SELECT now(), array(SELECT nextval((SELECT pg_get_serial_sequence(%s, 'id')::regclass))
@@ -599,6 +713,7 @@ COPY "pgqueue_jobs" ("id", "kind", "payload", "run_at", "max_attempts", "queue",
 
 -- ==== cycle
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -860,8 +975,121 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
+
+-- ==== cycle_with_heads
+WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+claimed AS (
+UPDATE "pgqueue_jobs" AS j
+   SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
+ WHERE j.id = ANY(ARRAY(
+WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM jsonb_to_recordset(%(heads)s::jsonb)
+        AS h(queue text, priority smallint, run_at timestamptz, id bigint)),
+found(queue) AS (
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
+  UNION ALL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
+served(queue) AS (
+    SELECT queue FROM found
+     WHERE queue IS NOT NULL
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
+levels(queue, priority) AS (
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
+picked AS (
+    SELECT p.priority, x.run_at, x.id, x.size
+      FROM (SELECT DISTINCT priority FROM levels
+             WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
+     CROSS JOIN LATERAL (
+           SELECT c.run_at, c.id, c.size
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
+            CROSS JOIN LATERAL (
+                  SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
+                   WHERE status = 'pending' AND limit_key IS NULL
+                     AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
+                     AND run_at <= now()
+                     AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
+                   ORDER BY run_at, id
+                   LIMIT 100
+                   FOR UPDATE SKIP LOCKED) AS c
+            WHERE l.priority = p.priority
+            ORDER BY c.run_at, c.id
+            LIMIT 100) AS x
+     LIMIT 100)
+SELECT id FROM picked))
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
+       (SELECT coalesce(array_agg(id), '{}') FROM failed),
+       (SELECT coalesce(array_agg(status), '{}') FROM failed),
+       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       0,
+       EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
+       NULL::double precision,
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== enqueue
 WITH job AS (
@@ -2179,6 +2407,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 
 -- ==== turn(queues=False kinds=False budget=False limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -2260,11 +2489,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=False limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -2326,11 +2557,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=False limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -2486,11 +2719,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=False limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -2626,11 +2861,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=False limited=True failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -2818,11 +3055,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=False limited=True failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -2959,11 +3198,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=False limited=True failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -3225,11 +3466,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=False limited=True failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -3440,11 +3683,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=True limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -3529,11 +3774,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=True limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -3598,11 +3845,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=True limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -3761,11 +4010,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=True limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -3904,11 +4155,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=True limited=True failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -4099,11 +4352,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=True limited=True failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -4243,11 +4498,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=True limited=True failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -4512,11 +4769,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=True limited=True failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -4730,11 +4989,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=False limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -4816,11 +5077,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=False limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -4882,11 +5145,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=False limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -5042,11 +5307,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=False limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -5182,11 +5449,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=False limited=True failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -5374,11 +5643,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=False limited=True failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -5515,11 +5786,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=False limited=True failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -5781,11 +6054,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=False limited=True failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -5996,11 +6271,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=True limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -6085,11 +6362,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=True limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -6154,11 +6433,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=True limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -6317,11 +6598,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=True limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -6460,11 +6743,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=True limited=True failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -6655,11 +6940,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=True limited=True failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -6799,11 +7086,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=True limited=True failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -7068,11 +7357,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=True limited=True failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -7286,11 +7577,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=False limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -7367,11 +7660,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=False limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -7428,11 +7723,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=False limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -7583,11 +7880,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=False limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -7718,11 +8017,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=False limited=True failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -7905,11 +8206,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=False limited=True failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -8041,11 +8344,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=False limited=True failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -8302,11 +8607,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=False limited=True failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -8512,11 +8819,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=True limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -8596,11 +8905,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=True limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -8660,11 +8971,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=True limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -8818,11 +9131,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=True limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -8956,11 +9271,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=True limited=True failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -9146,11 +9463,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=True limited=True failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -9285,11 +9604,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=True limited=True failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -9549,11 +9870,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=True limited=True failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -9762,11 +10085,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=False limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -9843,11 +10168,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=False limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -9904,11 +10231,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=False limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -10059,11 +10388,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=False limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -10194,11 +10525,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=False limited=True failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -10381,11 +10714,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=False limited=True failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -10517,11 +10852,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=False limited=True failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -10778,11 +11115,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=False limited=True failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -10988,11 +11327,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=True limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -11072,11 +11413,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=True limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -11136,11 +11479,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=True limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -11294,11 +11639,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=True limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -11432,11 +11779,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=True limited=True failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -11622,11 +11971,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=True limited=True failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -11761,11 +12112,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=True limited=True failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -12025,11 +12378,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=True limited=True failures=True plain=False limited_max=5)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -12289,11 +12644,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=True limited=True failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -12502,11 +12859,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=True limited=True failures=True plain=True limited_max=5)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -12715,8 +13074,403 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
+
+-- ==== turn(queues=False kinds=False plain=True heads=True)
+WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+claimed AS (
+UPDATE "pgqueue_jobs" AS j
+   SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
+ WHERE j.id = ANY(ARRAY(
+WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM jsonb_to_recordset(%(heads)s::jsonb)
+        AS h(queue text, priority smallint, run_at timestamptz, id bigint)),
+found(queue) AS (
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
+  UNION ALL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
+served(queue) AS (
+    SELECT queue FROM found
+     WHERE queue IS NOT NULL
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
+levels(queue, priority) AS (
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
+picked AS (
+    SELECT p.priority, x.run_at, x.id, x.size
+      FROM (SELECT DISTINCT priority FROM levels
+             WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
+     CROSS JOIN LATERAL (
+           SELECT c.run_at, c.id, c.size
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
+            CROSS JOIN LATERAL (
+                  SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
+                   WHERE status = 'pending' AND limit_key IS NULL
+                     AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
+                     AND run_at <= now()
+                     AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
+                   ORDER BY run_at, id
+                   LIMIT 20
+                   FOR UPDATE SKIP LOCKED) AS c
+            WHERE l.priority = p.priority
+            ORDER BY c.run_at, c.id
+            LIMIT 20) AS x
+     LIMIT 20)
+SELECT id FROM picked))
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
+       (SELECT coalesce(array_agg(id), '{}') FROM failed),
+       (SELECT coalesce(array_agg(status), '{}') FROM failed),
+       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       0,
+       EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
+       NULL::double precision,
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
+
+-- ==== turn(queues=False kinds=True plain=True heads=True)
+WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+claimed AS (
+UPDATE "pgqueue_jobs" AS j
+   SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
+ WHERE j.id = ANY(ARRAY(
+WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM jsonb_to_recordset(%(heads)s::jsonb)
+        AS h(queue text, priority smallint, run_at timestamptz, id bigint)),
+found(queue) AS (
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
+  UNION ALL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
+served(queue) AS (
+    SELECT queue FROM found
+     WHERE queue IS NOT NULL
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
+levels(queue, priority) AS (
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
+picked AS (
+    SELECT p.priority, x.run_at, x.id, x.size
+      FROM (SELECT DISTINCT priority FROM levels
+             WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
+     CROSS JOIN LATERAL (
+           SELECT c.run_at, c.id, c.size
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+            CROSS JOIN LATERAL (
+                  SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
+                   WHERE status = 'pending' AND limit_key IS NULL
+                     AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
+                     AND run_at <= now() AND kind = k.kind
+                     AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
+                   ORDER BY run_at, id
+                   LIMIT 20
+                   FOR UPDATE SKIP LOCKED) AS c
+            WHERE l.priority = p.priority
+            ORDER BY c.run_at, c.id
+            LIMIT 20) AS x
+     LIMIT 20)
+SELECT id FROM picked))
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
+       (SELECT coalesce(array_agg(id), '{}') FROM failed),
+       (SELECT coalesce(array_agg(status), '{}') FROM failed),
+       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       0,
+       EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
+       NULL::double precision,
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
+
+-- ==== turn(queues=True kinds=False plain=True heads=True)
+WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+claimed AS (
+UPDATE "pgqueue_jobs" AS j
+   SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
+ WHERE j.id = ANY(ARRAY(
+WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM jsonb_to_recordset(%(heads)s::jsonb)
+        AS h(queue text, priority smallint, run_at timestamptz, id bigint)),
+found(queue) AS (SELECT unnest(%(queues)s::text[])),
+served(queue) AS (
+    SELECT queue FROM found
+     WHERE queue IS NOT NULL
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
+levels(queue, priority) AS (
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
+picked AS (
+    SELECT p.priority, x.run_at, x.id, x.size
+      FROM (SELECT DISTINCT priority FROM levels
+             WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
+     CROSS JOIN LATERAL (
+           SELECT c.run_at, c.id, c.size
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
+            CROSS JOIN LATERAL (
+                  SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
+                   WHERE status = 'pending' AND limit_key IS NULL
+                     AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
+                     AND run_at <= now()
+                     AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
+                   ORDER BY run_at, id
+                   LIMIT 20
+                   FOR UPDATE SKIP LOCKED) AS c
+            WHERE l.priority = p.priority
+            ORDER BY c.run_at, c.id
+            LIMIT 20) AS x
+     LIMIT 20)
+SELECT id FROM picked))
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
+       (SELECT coalesce(array_agg(id), '{}') FROM failed),
+       (SELECT coalesce(array_agg(status), '{}') FROM failed),
+       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       0,
+       EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
+       NULL::double precision,
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
+
+-- ==== turn(queues=True kinds=True plain=True heads=True)
+WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+claimed AS (
+UPDATE "pgqueue_jobs" AS j
+   SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
+ WHERE j.id = ANY(ARRAY(
+WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM jsonb_to_recordset(%(heads)s::jsonb)
+        AS h(queue text, priority smallint, run_at timestamptz, id bigint)),
+found(queue) AS (SELECT unnest(%(queues)s::text[])),
+served(queue) AS (
+    SELECT queue FROM found
+     WHERE queue IS NOT NULL
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
+levels(queue, priority) AS (
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
+picked AS (
+    SELECT p.priority, x.run_at, x.id, x.size
+      FROM (SELECT DISTINCT priority FROM levels
+             WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
+     CROSS JOIN LATERAL (
+           SELECT c.run_at, c.id, c.size
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+            CROSS JOIN LATERAL (
+                  SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
+                   WHERE status = 'pending' AND limit_key IS NULL
+                     AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
+                     AND run_at <= now() AND kind = k.kind
+                     AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
+                   ORDER BY run_at, id
+                   LIMIT 20
+                   FOR UPDATE SKIP LOCKED) AS c
+            WHERE l.priority = p.priority
+            ORDER BY c.run_at, c.id
+            LIMIT 20) AS x
+     LIMIT 20)
+SELECT id FROM picked))
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
+       (SELECT coalesce(array_agg(id), '{}') FROM failed),
+       (SELECT coalesce(array_agg(status), '{}') FROM failed),
+       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       0,
+       EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
+       NULL::double precision,
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== migration 1, step 1
 CREATE TABLE IF NOT EXISTS "pgqueue_jobs" (

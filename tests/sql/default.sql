@@ -124,8 +124,120 @@ SELECT id FROM picked
  LIMIT 20 - (SELECT count(*) FROM limited)))
 RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
 
--- ==== _rendered[('turn', False, False, False, 100, True, 100, True, False)]
+-- ==== _rendered[('turn', False, False, False, 100, False, 100, False, True, True)]
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+claimed AS (
+UPDATE "pgqueue_jobs" AS j
+   SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
+ WHERE j.id = ANY(ARRAY(
+WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM jsonb_to_recordset(%(heads)s::jsonb)
+        AS h(queue text, priority smallint, run_at timestamptz, id bigint)),
+found(queue) AS (
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
+  UNION ALL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
+served(queue) AS (
+    SELECT queue FROM found
+     WHERE queue IS NOT NULL
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
+levels(queue, priority) AS (
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
+picked AS (
+    SELECT p.priority, x.run_at, x.id, x.size
+      FROM (SELECT DISTINCT priority FROM levels
+             WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
+     CROSS JOIN LATERAL (
+           SELECT c.run_at, c.id, c.size
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
+            CROSS JOIN LATERAL (
+                  SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
+                   WHERE status = 'pending' AND limit_key IS NULL
+                     AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
+                     AND run_at <= now()
+                     AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
+                   ORDER BY run_at, id
+                   LIMIT 100
+                   FOR UPDATE SKIP LOCKED) AS c
+            WHERE l.priority = p.priority
+            ORDER BY c.run_at, c.id
+            LIMIT 100) AS x
+     LIMIT 100)
+SELECT id FROM picked))
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
+       (SELECT coalesce(array_agg(id), '{}') FROM failed),
+       (SELECT coalesce(array_agg(status), '{}') FROM failed),
+       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       0,
+       EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
+       NULL::double precision,
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
+
+-- ==== _rendered[('turn', False, False, False, 100, True, 100, True, False, False)]
+WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -385,8 +497,9 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== allocate_ids
 SELECT now(), array(SELECT nextval((SELECT pg_get_serial_sequence(%s, 'id')::regclass))
@@ -595,6 +708,7 @@ COPY "pgqueue_jobs" ("id", "kind", "payload", "run_at", "max_attempts", "queue",
 
 -- ==== cycle
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -854,8 +968,120 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
+
+-- ==== cycle_with_heads
+WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+claimed AS (
+UPDATE "pgqueue_jobs" AS j
+   SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
+ WHERE j.id = ANY(ARRAY(
+WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM jsonb_to_recordset(%(heads)s::jsonb)
+        AS h(queue text, priority smallint, run_at timestamptz, id bigint)),
+found(queue) AS (
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
+  UNION ALL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
+served(queue) AS (
+    SELECT queue FROM found
+     WHERE queue IS NOT NULL
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
+levels(queue, priority) AS (
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
+picked AS (
+    SELECT p.priority, x.run_at, x.id, x.size
+      FROM (SELECT DISTINCT priority FROM levels
+             WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
+     CROSS JOIN LATERAL (
+           SELECT c.run_at, c.id, c.size
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
+            CROSS JOIN LATERAL (
+                  SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
+                   WHERE status = 'pending' AND limit_key IS NULL
+                     AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
+                     AND run_at <= now()
+                     AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
+                   ORDER BY run_at, id
+                   LIMIT 100
+                   FOR UPDATE SKIP LOCKED) AS c
+            WHERE l.priority = p.priority
+            ORDER BY c.run_at, c.id
+            LIMIT 100) AS x
+     LIMIT 100)
+SELECT id FROM picked))
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
+       (SELECT coalesce(array_agg(id), '{}') FROM failed),
+       (SELECT coalesce(array_agg(status), '{}') FROM failed),
+       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       0,
+       EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
+       NULL::double precision,
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== enqueue
 WITH job AS (
@@ -2171,6 +2397,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 
 -- ==== turn(queues=False kinds=False budget=False limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -2251,11 +2478,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=False limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -2316,11 +2545,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=False limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -2474,11 +2705,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=False limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -2612,11 +2845,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=False limited=True failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -2803,11 +3038,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=False limited=True failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -2943,11 +3180,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=False limited=True failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -3207,11 +3446,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=False limited=True failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -3420,11 +3661,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=True limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -3508,11 +3751,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=True limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -3576,11 +3821,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=True limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -3737,11 +3984,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=True limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -3878,11 +4127,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=True limited=True failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -4072,11 +4323,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=True limited=True failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -4215,11 +4468,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=True limited=True failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -4482,11 +4737,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=True limited=True failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -4698,11 +4955,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=False limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -4783,11 +5042,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=False limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -4848,11 +5109,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=False limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -5006,11 +5269,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=False limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -5144,11 +5409,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=False limited=True failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -5335,11 +5602,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=False limited=True failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -5475,11 +5744,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=False limited=True failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -5739,11 +6010,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=False limited=True failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -5952,11 +6225,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=True limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -6040,11 +6315,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=True limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -6108,11 +6385,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=True limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -6269,11 +6548,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=True limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -6410,11 +6691,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=True limited=True failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -6604,11 +6887,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=True limited=True failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -6747,11 +7032,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=True limited=True failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -7014,11 +7301,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=True limited=True failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -7230,11 +7519,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=False limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -7310,11 +7601,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=False limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -7370,11 +7663,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=False limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -7523,11 +7818,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=False limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -7656,11 +7953,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=False limited=True failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -7842,11 +8141,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=False limited=True failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -7977,11 +8278,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=False limited=True failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -8236,11 +8539,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=False limited=True failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -8444,11 +8749,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=True limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -8527,11 +8834,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=True limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -8590,11 +8899,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=True limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -8746,11 +9057,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=True limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -8882,11 +9195,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=True limited=True failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -9071,11 +9386,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=True limited=True failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -9209,11 +9526,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=True limited=True failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -9471,11 +9790,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=True limited=True failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -9682,11 +10003,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=False limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -9762,11 +10085,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=False limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -9822,11 +10147,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=False limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -9975,11 +10302,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=False limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -10108,11 +10437,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=False limited=True failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -10294,11 +10625,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=False limited=True failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -10429,11 +10762,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=False limited=True failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -10688,11 +11023,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=False limited=True failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -10896,11 +11233,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=True limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -10979,11 +11318,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=True limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -11042,11 +11383,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=True limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -11198,11 +11541,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=True limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -11334,11 +11679,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=True limited=True failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -11523,11 +11870,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=True limited=True failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -11661,11 +12010,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=True limited=True failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -11923,11 +12274,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=True limited=True failures=True plain=False limited_max=5)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -12185,11 +12538,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=True limited=True failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -12396,11 +12751,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=True limited=True failures=True plain=True limited_max=5)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -12607,8 +12964,399 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
+
+-- ==== turn(queues=False kinds=False plain=True heads=True)
+WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+claimed AS (
+UPDATE "pgqueue_jobs" AS j
+   SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
+ WHERE j.id = ANY(ARRAY(
+WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM jsonb_to_recordset(%(heads)s::jsonb)
+        AS h(queue text, priority smallint, run_at timestamptz, id bigint)),
+found(queue) AS (
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
+  UNION ALL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
+served(queue) AS (
+    SELECT queue FROM found
+     WHERE queue IS NOT NULL
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
+levels(queue, priority) AS (
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
+picked AS (
+    SELECT p.priority, x.run_at, x.id, x.size
+      FROM (SELECT DISTINCT priority FROM levels
+             WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
+     CROSS JOIN LATERAL (
+           SELECT c.run_at, c.id, c.size
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
+            CROSS JOIN LATERAL (
+                  SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
+                   WHERE status = 'pending' AND limit_key IS NULL
+                     AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
+                     AND run_at <= now()
+                     AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
+                   ORDER BY run_at, id
+                   LIMIT 20
+                   FOR UPDATE SKIP LOCKED) AS c
+            WHERE l.priority = p.priority
+            ORDER BY c.run_at, c.id
+            LIMIT 20) AS x
+     LIMIT 20)
+SELECT id FROM picked))
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
+       (SELECT coalesce(array_agg(id), '{}') FROM failed),
+       (SELECT coalesce(array_agg(status), '{}') FROM failed),
+       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       0,
+       EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
+       NULL::double precision,
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
+
+-- ==== turn(queues=False kinds=True plain=True heads=True)
+WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+claimed AS (
+UPDATE "pgqueue_jobs" AS j
+   SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
+ WHERE j.id = ANY(ARRAY(
+WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM jsonb_to_recordset(%(heads)s::jsonb)
+        AS h(queue text, priority smallint, run_at timestamptz, id bigint)),
+found(queue) AS (
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
+  UNION ALL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
+served(queue) AS (
+    SELECT queue FROM found
+     WHERE queue IS NOT NULL
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
+levels(queue, priority) AS (
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
+picked AS (
+    SELECT p.priority, x.run_at, x.id, x.size
+      FROM (SELECT DISTINCT priority FROM levels
+             WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
+     CROSS JOIN LATERAL (
+           SELECT c.run_at, c.id, c.size
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+            CROSS JOIN LATERAL (
+                  SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
+                   WHERE status = 'pending' AND limit_key IS NULL
+                     AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
+                     AND run_at <= now() AND kind = k.kind
+                     AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
+                   ORDER BY run_at, id
+                   LIMIT 20
+                   FOR UPDATE SKIP LOCKED) AS c
+            WHERE l.priority = p.priority
+            ORDER BY c.run_at, c.id
+            LIMIT 20) AS x
+     LIMIT 20)
+SELECT id FROM picked))
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
+       (SELECT coalesce(array_agg(id), '{}') FROM failed),
+       (SELECT coalesce(array_agg(status), '{}') FROM failed),
+       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       0,
+       EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
+       NULL::double precision,
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
+
+-- ==== turn(queues=True kinds=False plain=True heads=True)
+WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+claimed AS (
+UPDATE "pgqueue_jobs" AS j
+   SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
+ WHERE j.id = ANY(ARRAY(
+WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM jsonb_to_recordset(%(heads)s::jsonb)
+        AS h(queue text, priority smallint, run_at timestamptz, id bigint)),
+found(queue) AS (SELECT unnest(%(queues)s::text[])),
+served(queue) AS (
+    SELECT queue FROM found
+     WHERE queue IS NOT NULL
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
+levels(queue, priority) AS (
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
+picked AS (
+    SELECT p.priority, x.run_at, x.id, x.size
+      FROM (SELECT DISTINCT priority FROM levels
+             WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
+     CROSS JOIN LATERAL (
+           SELECT c.run_at, c.id, c.size
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
+            CROSS JOIN LATERAL (
+                  SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
+                   WHERE status = 'pending' AND limit_key IS NULL
+                     AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
+                     AND run_at <= now()
+                     AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
+                   ORDER BY run_at, id
+                   LIMIT 20
+                   FOR UPDATE SKIP LOCKED) AS c
+            WHERE l.priority = p.priority
+            ORDER BY c.run_at, c.id
+            LIMIT 20) AS x
+     LIMIT 20)
+SELECT id FROM picked))
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
+       (SELECT coalesce(array_agg(id), '{}') FROM failed),
+       (SELECT coalesce(array_agg(status), '{}') FROM failed),
+       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       0,
+       EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
+       NULL::double precision,
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
+
+-- ==== turn(queues=True kinds=True plain=True heads=True)
+WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+claimed AS (
+UPDATE "pgqueue_jobs" AS j
+   SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
+ WHERE j.id = ANY(ARRAY(
+WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM jsonb_to_recordset(%(heads)s::jsonb)
+        AS h(queue text, priority smallint, run_at timestamptz, id bigint)),
+found(queue) AS (SELECT unnest(%(queues)s::text[])),
+served(queue) AS (
+    SELECT queue FROM found
+     WHERE queue IS NOT NULL
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
+levels(queue, priority) AS (
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
+picked AS (
+    SELECT p.priority, x.run_at, x.id, x.size
+      FROM (SELECT DISTINCT priority FROM levels
+             WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
+     CROSS JOIN LATERAL (
+           SELECT c.run_at, c.id, c.size
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+            CROSS JOIN LATERAL (
+                  SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
+                   WHERE status = 'pending' AND limit_key IS NULL
+                     AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
+                     AND run_at <= now() AND kind = k.kind
+                     AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
+                   ORDER BY run_at, id
+                   LIMIT 20
+                   FOR UPDATE SKIP LOCKED) AS c
+            WHERE l.priority = p.priority
+            ORDER BY c.run_at, c.id
+            LIMIT 20) AS x
+     LIMIT 20)
+SELECT id FROM picked))
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
+       (SELECT coalesce(array_agg(id), '{}') FROM failed),
+       (SELECT coalesce(array_agg(status), '{}') FROM failed),
+       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       0,
+       EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
+       NULL::double precision,
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== migration 1, step 1
 CREATE TABLE IF NOT EXISTS "pgqueue_jobs" (

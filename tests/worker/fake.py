@@ -21,6 +21,7 @@ import psycopg
 import psycopg.errors
 
 from pgqueue import Job, JobStatus
+from pgqueue.core.heads import NO_HEADS, ClaimHeads
 from pgqueue.core.jobs import LEASE_EXPIRED
 from pgqueue.core.ops import Cycle, Failure, Heartbeat, QueueCore
 from pgqueue.core.schedules import Schedule, Tick
@@ -127,6 +128,7 @@ class FakeQueue:
         results: Mapping[int, str] | None = None,
         limited_max: int | None = None,
         plain: bool = False,
+        heads: ClaimHeads = NO_HEADS,
     ) -> Cycle:
         await self._enter("cycle")
         if self.claim_limit is not None and limit > self.claim_limit:

@@ -22,6 +22,7 @@ import anyio
 import psycopg
 import psycopg_pool
 
+from ...core.heads import NO_HEADS, ClaimHeads
 from ...core.health import HealthStamps, Stamps
 from ...core.jobs import Job, JobStatus
 from ...core.ops import Cycle, Failure, Heartbeat, QueueCore
@@ -61,7 +62,7 @@ class WorkerQueue(Protocol):
         self, succeeded: Sequence[int], failures: Sequence[Failure], *, worker: str, limit: int,
         kinds: Sequence[str] | None = None, queues: Sequence[str] | None = None,
         claim_bytes: int | None = None, results: Mapping[int, str] | None = None,
-        limited_max: int | None = None, plain: bool = False,
+        limited_max: int | None = None, plain: bool = False, heads: ClaimHeads = NO_HEADS,
     ) -> Cycle: ...  # fmt: skip
 
     async def settle(

@@ -28,6 +28,7 @@ import anyio
 import psycopg
 import psycopg.errors
 
+from ...core.heads import Heads
 from ...core.jobs import Job
 from ...core.ledger import Ledger, Phase
 from ...core.worker import RETRY_BACKOFF, Outcome, Pace, WorkerSettings, describe_jobs
@@ -83,6 +84,9 @@ class Fetcher:
     # When a key with a rate, whose jobs the last claim left for want of a
     # token, has one again (`Cycle.token_in`): the idle wait ends then.
     _token_at: float = field(default=float("inf"), init=False)
+    _draining: bool = field(default=False, init=False)  # run(until_empty=True)
+    # Where each claim starts in each level (`pgqueue.core.heads`).
+    heads: Heads = field(default_factory=Heads, init=False)
     # Claims in flight are shielded from a stop, within its grace period.
     shields: Shields = field(default_factory=Shields, init=False)
 
@@ -105,6 +109,7 @@ class Fetcher:
     async def run(self, until_empty: bool) -> None:
         """Claim until cancelled (`AsyncWorker.stop`) or, with ``until_empty``,
         until a claim made with nothing held finds nothing."""
+        self._draining = until_empty
         async with anyio.create_task_group() as claims:
             while True:
                 if self._found_nothing is not None:
@@ -147,14 +152,15 @@ class Fetcher:
         nothing."""
         quiet = not self.ledger.busy() and self._in_flight == 1
         jobs: list[Job] = []  # unless the claim returns before a stop gives up on it
-        carried = 0
+        carried = walked = 0
         token_in: float | None = None
+        heads = self.heads.send(now=anyio.current_time())
         try:
             # Shielded: a claim that committed is never dropped on the floor
             # (unless a stop finds it still waiting after the grace period).
             sent = anyio.current_time()
             with self.shields.shielded():
-                jobs, carried, token_in = await self.completer.cycle(
+                jobs, carried, token_in, walked = await self.completer.cycle(
                     size,
                     self.settings.kinds,
                     self.settings.queues,
@@ -162,6 +168,7 @@ class Fetcher:
                     # A limited job's slot is held from its claim: claim no
                     # more of them than the runners can start.
                     self.settings.concurrency,
+                    heads,
                 )
         except DATABASE_ERRORS as exc:
             if isinstance(exc, psycopg.errors.QueryCanceled) and self.pace.cancelled(size):
@@ -176,6 +183,7 @@ class Fetcher:
         self.pace.claimed(anyio.current_time() - sent)
         self._landed(size, counted=True)
         self._errors = 0
+        self.heads.landed(heads, jobs, walked=walked, limit=size, now=anyio.current_time())
         self.reached.set()
         self._token_at = float("inf") if token_in is None else anyio.current_time() + token_in
         if jobs:
@@ -199,7 +207,11 @@ class Fetcher:
             # Nothing came: no second claim beside one still in flight (two
             # empty claims could otherwise keep each other going).
             self._starved = False
-            if self._in_flight == 0 and not self._slot_freed:
+            if heads.heads and self._draining:
+                # Jobs may wait behind the heads: a rescan says whether the
+                # queue is drained.
+                self.heads.rescan_next()
+            elif self._in_flight == 0 and not self._slot_freed:
                 # Outcomes recorded by that very statement (a failure due again
                 # at once, say) were invisible to its claim: no proof of an
                 # empty queue.

@@ -72,6 +72,13 @@ def _statements(table: str, history: bool, shapes: bool) -> Iterator[tuple[str, 
             )
             label = " ".join(f"{k}={v}" for k, v in shape.items())
             yield f"turn({label} limited_max={limited_max})", turn
+    # With heads (`pgqueue.core.heads`), which change the claim of jobs
+    # without a limit key only: the plain turn for each way of finding
+    # queues and kinds.
+    for queues, kinds in itertools.product((False, True), repeat=2) if shapes else ():
+        turn = statements.turn(queues, kinds, False, LIMIT, False, failures=False, plain=True,
+                               heads=True)  # fmt: skip
+        yield f"turn(queues={queues} kinds={kinds} plain=True heads=True)", turn
 
 
 def _migrations(table: str) -> Iterator[tuple[str, bytes]]:

@@ -330,6 +330,9 @@ def test_metrics_port_in_use_exits_1_with_a_message(app: App) -> None:
 def test_sigterm_releases_unstarted_jobs_at_once_and_lets_running_ones_finish(
     app: App, queue: pgqueue.Queue, raw: Raw, flavour: str, until_empty: bool
 ) -> None:
+    # A quick job first: then the worker claims the whole batch, not only
+    # one job per runner (`Pace`), and eight wait unstarted.
+    queue.enqueue("quick")
     ids = queue.enqueue_many([("block", i) for i in range(10)])
     options = {"CLI_APP_CONCURRENCY": "2", "CLI_APP_BATCH_SIZE": "10"}
     mode = ["--until-empty"] if until_empty else []
@@ -361,6 +364,7 @@ def test_sigterm_releases_unstarted_jobs_at_once_and_lets_running_ones_finish(
 def test_second_sigterm_interrupts_running_jobs_and_returns_them_to_pending(
     app: App, queue: pgqueue.Queue, raw: Raw
 ) -> None:
+    queue.enqueue("quick")  # then the worker claims a whole batch (`Pace`)
     queue.enqueue_many([("block", i) for i in range(4)])
     options = {"CLI_APP_CONCURRENCY": "2", "CLI_APP_BATCH_SIZE": "4"}
     with app.worker(*FLAVOURS["sync"], **options) as proc:
@@ -401,6 +405,7 @@ def test_a_handler_still_running_at_exit_is_named_and_left_behind(
 def test_sigkilled_workers_jobs_are_reclaimed_after_the_lease_and_run_by_another(
     app: App, queue: pgqueue.Queue, raw: Raw
 ) -> None:
+    queue.enqueue("quick")  # then A claims whole batches (`Pace`)
     ids = queue.enqueue_many([("block", i) for i in range(60)])
     options = {"CLI_APP_CONCURRENCY": "4", "CLI_APP_BATCH_SIZE": "20"}
     with app.worker(*FLAVOURS["sync"], **options) as a:
@@ -469,3 +474,18 @@ def test_every_worker_setting_is_a_flag_that_overrides_the_targets(
     plain = cli.build_parser().parse_args(["worker", "tests.cli_app:worker"])
     target = load_worker(plain.target, dsn=None, **worker_settings(plain))
     assert target.settings.batch_size == 20 and target.settings.name != "box-1"
+
+
+@pytest.mark.parametrize("flavour", list(FLAVOURS))
+def test_a_worker_started_before_migrate_says_so_in_one_line(
+    app: App, flavour: str, server_dsn: str
+) -> None:
+    missing = f"{app.table}_never_installed"
+    with app.worker(*FLAVOURS[flavour], PGQUEUE_TABLE=missing) as proc:
+        assert app.exit_code(proc) == 1, app.output()
+    [error] = [line for line in app.output().splitlines() if " ERROR " in line]
+    assert f' ERROR pgqueue.cli: relation "{missing}' in error
+    assert error.endswith(
+        f"does not exist: the queue's table {missing} is not installed; run `pgqueue migrate` first"
+    )
+    assert "Traceback" not in app.output()

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from pgqueue import cli
+from pgqueue.cli.probes import HEALTH_PATHS
 from pgqueue.core.worker import CLAIM_CUT, FLUSH_DEADLINE
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "deploy.md"
@@ -70,3 +71,22 @@ def test_the_unit_signals_the_supervisor_alone() -> None:
     text = block("ini")
     assert any("--processes" in argv for argv in commands(text))
     assert "KillMode=mixed" in text
+
+
+def test_the_manifests_probes_ask_the_workers_health_port() -> None:
+    text = block("yaml")
+    [argv] = [a for a in commands(text) if a[0] == "worker"]
+    args = cli.build_parser().parse_args(argv)
+    ports = {name: int(n) for name, n in re.findall(r"\{name: (\w+), containerPort: (\d+)\}", text)}
+    assert ports["metrics"] == args.metrics_port
+    probes = {
+        probe: (path, port)
+        for probe, path, port in re.findall(
+            r"(\w+Probe):\s*\n\s*httpGet: \{path: (\S+), port: (\w+)\}", text
+        )
+    }
+    assert set(probes) == {"livenessProbe", "readinessProbe"}
+    for probe, answer in {"livenessProbe": "live", "readinessProbe": "ready"}.items():
+        path, port = probes[probe]
+        assert ports[port] == args.health_port, probe
+        assert HEALTH_PATHS[path] == answer, probe

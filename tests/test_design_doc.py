@@ -3,7 +3,8 @@
 Every statement in a ```sql block of the page, once comments are dropped
 and whitespace is collapsed, must be one that `pgqueue.core.sql.Statements`
 renders for the default table, or one that the migrations run on a fresh
-install. A statement edited in the code and not in the page fails here.
+install (their expand and contract halves). A statement edited in the code
+and not in the page fails here.
 
 The pages of cancellation, results and limits are held to the same rule,
 and may also show a part of a statement: a block whose first line is a
@@ -41,8 +42,9 @@ def code_statements() -> set[str]:
         if isinstance(v, bytes)
     }
     names = SchemaNames.for_table("pgqueue_jobs")
-    for migration in MIGRATIONS:
-        plan = migration.apply(names)
+    halves = [m.apply for m in MIGRATIONS] + [m.contract for m in MIGRATIONS if m.contract]
+    for half in halves:
+        plan = half(names)
         try:
             step = next(plan)
             while True:

@@ -430,3 +430,25 @@ def test_unsafe_table_name_is_refused_before_connecting(project: str) -> None:
         pytest.raises(ImproperlyConfigured, match="PGQUEUE"),
     ):
         pgq.get_queue()
+
+
+def test_worker_command_takes_the_settings_and_names_its_migrate_command(
+    db: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    from django.test import override_settings
+
+    out = drain("--name", "box-1", "--batch-size", "3", "--call-timeout", "30s")
+    assert out.startswith("pgqueue worker box-1 on shop_jobs: ")
+    assert out.endswith("pgqueue worker box-1 stopped\n")
+
+    with (
+        override_settings(PGQUEUE={"TABLE": "shop_never_installed"}),
+        pytest.raises(SystemExit) as exited,
+    ):
+        drain()
+    assert exited.value.code == 1
+    [error] = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert error.endswith(
+        "the queue's table shop_never_installed is not installed; "
+        "run `manage.py pgqueue_migrate` first"
+    )

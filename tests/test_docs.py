@@ -58,7 +58,9 @@ def test_tutorial_runs_every_block_but_the_install_command() -> None:
     ]
     assert others == [("sh", "pip install 'pgqueue-jobs[embedded]'\n")]
     script, output = tutorial_script_and_output()
-    assert "queue.enqueue(" in script and "conn=conn" in script
+    # Tasks first; handlers taking a Job after them, as the lower level.
+    assert script.index("@queue.task") < script.index("@worker.handler(")
+    assert "send_receipt.options(conn=conn).enqueue(" in script and "queue.enqueue(" in script
     assert "worker.run(until_empty=True)" in script
     assert output.strip(), "the tutorial shows no output to check"
 

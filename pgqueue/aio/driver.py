@@ -84,6 +84,7 @@ async def run_on(conn: CallerConnection, op: Operation[T]) -> T:
 
 
 class Impl(Protocol):
+    def owned_pool(self) -> AsyncConnectionPool | ConnectionPool | None: ...
     async def open(self) -> None: ...
     async def ready(self) -> None: ...
     async def run(self, op: Operation[T], conn: CallerConnection | None) -> T: ...
@@ -96,6 +97,9 @@ class NativeDriver:
     def __init__(self, pool: AsyncConnectionPool, *, owned: bool) -> None:
         self.pool = pool
         self.owned = owned
+
+    def owned_pool(self) -> AsyncConnectionPool | None:
+        return self.pool if self.owned and self.pool.closed else None
 
     async def open(self) -> None:
         if not on_asyncio():
@@ -126,6 +130,9 @@ class ThreadDriver:
 
     def __init__(self, sync: blocking.Driver) -> None:
         self.sync = sync
+
+    def owned_pool(self) -> ConnectionPool | None:
+        return self.sync.pool if self.sync.owned and self.sync.pool.closed else None
 
     async def open(self) -> None:
         await anyio.to_thread.run_sync(self.sync.open)
@@ -220,13 +227,18 @@ class Driver:
         )
         return ThreadDriver(sync)
 
-    async def open(self, *, wait: bool = False) -> Impl:
+    async def open(self, *, wait: bool = False, probe: bool | None = None) -> Impl:
+        """As `pgqueue.connection.blocking.Driver.open`: ``probe`` (default ``wait``)
+        connects once before the queue's own pool is first opened."""
         impl = self._impl
         if impl is None:
             with self._choice:
                 if self._chosen is None:
                     self._chosen = self._choose()
                 impl = self._chosen
+            owned = impl.owned_pool()
+            if owned is not None and (wait if probe is None else probe):
+                await anyio.to_thread.run_sync(blocking.probe_server, owned)
             await impl.open()
             self._impl = impl
         if wait:
@@ -234,7 +246,8 @@ class Driver:
         return impl
 
     async def run(self, op: Operation[T], conn: CallerConnection | None = None) -> T:
-        impl = self._impl if self._impl is not None else await self.open()
+        # The API's first call probes: the server's reason, at once.
+        impl = self._impl if self._impl is not None else await self.open(probe=True)
         return await impl.run(op, conn)
 
     async def close(self) -> None:

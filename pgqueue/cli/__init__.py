@@ -75,20 +75,14 @@ from psycopg_pool import PoolTimeout
 from .. import __version__
 from .. import bench as pgqueue_bench
 from ..core.migrations import SchemaError
-from .argtypes import (
-    kind_list,
-    kind_name,
-    parse_duration,
-    port,
-    positive_duration,
-    positive_int,
-    queue_list,
-)
+from .argtypes import parse_duration
 from .dashboard import add_dashboard_command
 from .embedded import add_embedded_command
 from .errors import OperationFailed, UsageError, one_line
+from .flags import COMMAND_FLAGS, SETTING_FLAGS
+from .flags import add_arguments as add_worker_flags
 from .operate import add_operator_commands
-from .worker import LOG_LEVELS, run_worker
+from .worker import run_worker
 
 __all__ = ["OperationFailed", "UsageError", "build_parser", "main", "parse_duration"]
 
@@ -196,86 +190,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="connect to this server instead of the one the worker's queue names "
         "(default: $PGQUEUE_DSN if set); the table stays the worker's",
     )
-    worker.add_argument(
-        "--concurrency", type=positive_int, metavar="N", help="handlers run at a time"
-    )
-    worker.add_argument(
-        "--batch-size", type=positive_int, metavar="N", help="jobs claimed at a time at most"
-    )
-    worker.add_argument(
-        "--kinds",
-        type=kind_list,
-        metavar="KIND[,KIND...]",
-        help="handle only these kinds of job (comma-separated)",
-    )
-    worker.add_argument(
-        "--queues",
-        type=queue_list,
-        metavar="QUEUE[,QUEUE...]",
-        help="serve only these queues (comma-separated; default: the worker's own, else all)",
-    )
-    for flag, help in (
-        ("--poll-interval", "the longest an idle worker waits before it looks for jobs"),
-        ("--job-timeout", "a job still running after this long fails"),
-        ("--visibility-timeout", "a job's lease: a dead worker's jobs come back after it"),
-        ("--grace-period", "on a stop, how long running jobs may finish"),
-        ("--call-timeout", "the longest any database call may take"),
-    ):
-        worker.add_argument(flag, type=positive_duration, metavar="DURATION", help=help)
-    worker.add_argument(
-        "--claim-bytes",
-        type=positive_int,
-        metavar="BYTES",
-        help="the most payload bytes one claim brings in (memory)",
-    )
-    worker.add_argument("--name", type=kind_name, help="the worker's name, in locked_by")
-    worker.add_argument(
-        "--listen-conninfo",
-        metavar="DSN",
-        help="LISTEN on this server connection (a transaction pooler stands in front)",
-    )
-    worker.add_argument(
-        "--until-empty",
-        action="store_true",
-        help="exit 0 once no job is ready or running",
-    )
+    # Every flag that `flask pgqueue worker` and `manage.py pgqueue_worker` take too.
+    add_worker_flags(worker, SETTING_FLAGS)
     worker.add_argument(
         "--trio", action="store_true", help="run an AsyncWorker on trio instead of asyncio"
     )
-    worker.add_argument(
-        "--processes",
-        type=positive_int,
-        metavar="N",
-        help="run N worker processes under one supervisor (for CPU-bound handlers): "
-        "a process that dies is restarted, SIGINT and SIGTERM stop them all",
-    )
-    worker.add_argument(
-        "--max-jobs-per-child",
-        type=positive_int,
-        metavar="M",
-        help="with --processes: replace a worker process after it finished M jobs",
-    )
-    worker.add_argument(
-        "--metrics-port",
-        type=port,
-        metavar="PORT",
-        help="serve Prometheus metrics on this port (every interface unless --metrics-host): "
-        "the worker's events and the queue's stats at /metrics (needs the prometheus extra)",
-    )
-    worker.add_argument(
-        "--metrics-host",
-        default="0.0.0.0",
-        metavar="HOST",
-        help="with --metrics-port: the address to listen on, e.g. 127.0.0.1 "
-        "(default: 0.0.0.0, every interface)",
-    )
-    worker.add_argument(
-        "--log-level",
-        type=str.upper,
-        choices=LOG_LEVELS,
-        default="INFO",
-        help="logging level (default: INFO); logs go to stderr",
-    )
+    add_worker_flags(worker, COMMAND_FLAGS)
     worker.set_defaults(run=run_worker, subparser=worker)
 
     bench = commands.add_parser(

@@ -151,6 +151,13 @@ def kind_name(text: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def worker_name(text: str) -> str:
+    """An argparse type: a worker's name (``locked_by``), not blank."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("a worker's name must not be blank")
+    return text
+
+
 def run_at_time(text: str) -> datetime:
     """An argparse type: an ISO 8601 time with its UTC offset."""
     try:

@@ -19,7 +19,10 @@ What each side owns:
   one that retired after its jobs, else after `RETRY_BACKOFF`, the delay
   every loop of a worker retries with), forwards SIGINT and SIGTERM (the
   first stops every child gracefully, the second interrupts their jobs) and
-  serves their metrics together on ``--metrics-port``.
+  serves their metrics together on ``--metrics-port``, and their health on
+  ``--health-port`` (each child stamps its own in shared memory: live
+  while every child's loop turns, ready while every child runs and
+  reaches the database).
 """
 
 from __future__ import annotations
@@ -36,28 +39,27 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
-from ctypes import c_longlong
+from contextlib import contextmanager, nullcontext, suppress
+from ctypes import c_double, c_longlong
 from dataclasses import dataclass, field
 from multiprocessing.context import SpawnContext, SpawnProcess
 from types import FrameType
 from typing import Any
 
-from ..aio.worker import AsyncWorker
 from ..core.events import EventName, JobEvent
+from ..core.health import HealthReport, assess
 from ..core.worker import RETRY_BACKOFF
 from ..sync.queue import Queue
 from ..sync.worker import Worker
 from .errors import UsageError
-from .worker import STOP_SIGNALS, leave_stuck_calls_behind, serve, serve_metrics
+from .probes import HttpOptions
+from .worker import STOP_SIGNALS, WorkerFactory, leave_stuck_calls_behind, serve, serve_http
+
+NO_HTTP = HttpOptions()
 
 __all__ = ["ChildExit", "Supervisor", "WorkerFactory", "supervise"]
 
 log = logging.getLogger("pgqueue.cli")
-
-WorkerFactory = Callable[[], "Worker | AsyncWorker"]
-"""Builds the worker a process runs; picklable (a module-level function, or
-a `functools.partial` of one), since each child calls it in its interpreter."""
 
 MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"
 
@@ -90,6 +92,7 @@ class ChildSpec:
     max_jobs: int | None
     metrics: bool
     log_level: str
+    migrate: str = "pgqueue migrate"
 
 
 def supervise(
@@ -99,32 +102,36 @@ def supervise(
     max_jobs_per_child: int | None = None,
     trio: bool = False,
     until_empty: bool = False,
-    metrics_port: int | None = None,
-    metrics_host: str = "0.0.0.0",
+    http: HttpOptions = NO_HTTP,
     log_level: str = "INFO",
+    migrate: str = "pgqueue migrate",
 ) -> int:
     """Run ``processes`` workers built by ``build`` under one supervisor; its exit status.
 
+    ``migrate`` is the command a worker started before the schema is
+    installed names (``flask pgqueue migrate``...).
+
     ``build`` is called here first, so that a target that cannot be loaded
     is reported before any process starts (and for the queue whose stats
-    ``metrics_port`` serves), then once in each child.
+    ``--metrics-port`` serves), then once in each child.
     """
     worker = build()
     if trio and isinstance(worker, Worker):
         raise UsageError("--trio runs an AsyncWorker; a pgqueue.Worker runs on threads")
-    spec = ChildSpec(build, trio, until_empty, max_jobs_per_child, metrics_port is not None,
-                     log_level)  # fmt: skip
-    if metrics_port is None:
-        return Supervisor(spec, processes).run()
-    with children_metrics_dir() as path:
-        opened = serve_metrics(worker, metrics_port, host=metrics_host, children_dir=path)
-        try:
-            return Supervisor(spec, processes).run()
-        finally:
-            # The queue the stats were read with: opened for them, or the worker's own.
-            stats = opened if opened is not None else worker.queue
-            if isinstance(stats, Queue):
-                stats.close()
+    metrics = http.metrics_port is not None
+    spec = ChildSpec(build, trio, until_empty, max_jobs_per_child, metrics, log_level, migrate)
+    supervisor = Supervisor(spec, processes)
+    try:
+        with children_metrics_dir() if metrics else nullcontext("") as path:
+            close = serve_http(worker, http, supervisor.health, children_dir=path or None)
+            try:
+                return supervisor.run()
+            finally:
+                close()
+    finally:
+        # The worker built here only for its settings and its queue's stats.
+        if isinstance(worker.queue, Queue):
+            worker.queue.close()
 
 
 @contextmanager
@@ -153,6 +160,7 @@ class Slot:
     jobs: c_longlong | None = None  # written by the child, read after it ends
     crashes: int = 0  # deaths in a row without a finished job
     start_at: float | None = None  # monotonic time of the next start; None: none due
+    health: SharedStamps | None = None  # written by its child, read by the health probes
 
 
 @dataclass
@@ -190,6 +198,11 @@ class Supervisor:
             os.close(self._wake_w)
         log.info("every worker process has stopped")
         return self._status
+
+    def health(self) -> HealthReport:
+        """(Any thread.) Every child's health: a slot between two children is
+        not ready, and live (it is restarted)."""
+        return assess([s.health if s.process is not None else None for s in self.slots])
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._signals += 1
@@ -236,9 +249,11 @@ class Supervisor:
     def _start(self, slot: Slot) -> None:
         slot.start_at = None
         slot.jobs = self.ctx.Value("q", 0, lock=False)
+        slot.health = SharedStamps(self.ctx.Value("d", 0.0, lock=False),
+                                   self.ctx.Value("d", 0.0, lock=False))  # fmt: skip
         slot.process = self.ctx.Process(
             target=child_main,
-            args=(self.spec, slot.jobs),
+            args=(self.spec, slot.jobs, slot.health),
             name=f"pgqueue-worker-{slot.number}",
         )
         slot.process.start()
@@ -297,7 +312,32 @@ def forget_metrics_of(pid: int | None) -> None:
 # -- in the child ------------------------------------------------------------------
 
 
-def child_main(spec: ChildSpec, jobs: c_longlong) -> None:
+class SharedStamps:
+    """A child's `pgqueue.core.health.HealthStamps`, in memory its supervisor reads."""
+
+    def __init__(self, turned: c_double, reached: c_double) -> None:
+        self.started_at = time.monotonic()
+        self._turned = turned
+        self._reached = reached
+
+    @property
+    def turned_at(self) -> float:
+        return float(self._turned.value)
+
+    @turned_at.setter
+    def turned_at(self, value: float) -> None:
+        self._turned.value = value
+
+    @property
+    def reached_at(self) -> float:
+        return float(self._reached.value)
+
+    @reached_at.setter
+    def reached_at(self, value: float) -> None:
+        self._reached.value = value
+
+
+def child_main(spec: ChildSpec, jobs: c_longlong, health: SharedStamps) -> None:
     """A worker process: build the worker, run it, exit with a `ChildExit` status."""
     # Out of the terminal's process group: a Ctrl-C reaches this process once,
     # forwarded by the supervisor, not twice (which would interrupt its jobs).
@@ -312,10 +352,11 @@ def child_main(spec: ChildSpec, jobs: c_longlong) -> None:
     except Exception as exc:  # a UsageError, a framework's error, a metric registered twice
         log.error("cannot set up the worker: %s: %s", type(exc).__name__, exc)
         sys.exit(ChildExit.UNUSABLE)
+    worker.health = health
     counter = JobCounter(jobs, spec.max_jobs, worker.stop)
     worker.add_event_listener(counter)
     watch_parent(worker.stop)
-    status = serve(worker, trio=spec.trio, until_empty=spec.until_empty)
+    status = serve(worker, trio=spec.trio, until_empty=spec.until_empty, migrate=spec.migrate)
     if status == ChildExit.DONE and counter.retired:
         status = ChildExit.RETIRED
     if status in (ChildExit.DONE, ChildExit.RETIRED):

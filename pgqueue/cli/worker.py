@@ -20,89 +20,142 @@ from types import FrameType
 from typing import Any
 
 import anyio
+import psycopg.errors
 
 from ..aio.queue import AsyncQueue
 from ..aio.worker import AsyncWorker
+from ..core.health import HealthReport, assess
 from ..sync.queue import Queue
 from ..sync.worker import Worker
-from .errors import OperationFailed, UsageError
+from .errors import UsageError, not_migrated
+from .flags import LOG_LEVELS, WORKER_SETTINGS, CommandFlags
+from .probes import HttpOptions, WSGIApp, serve_endpoints
 
 # The name docs/observability.md gives the command's logger, whichever module logs.
 log = logging.getLogger("pgqueue.cli")
 
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+WorkerFactory = Callable[[], "Worker | AsyncWorker"]
+"""Builds the worker a command runs; picklable (a module-level function, or
+a `functools.partial` of one), since each worker process of ``--processes``
+calls it in its interpreter."""
+
+__all__ = [
+    "LOG_LEVELS",
+    "WORKER_SETTINGS",
+    "WorkerFactory",
+    "load_worker",
+    "run_worker",
+    "run_worker_command",
+    "serve",
+    "with_overrides",
+]
 
 
 def run_worker(args: argparse.Namespace) -> int:
     """``pgqueue worker TARGET``."""
-    logging.basicConfig(level=args.log_level, format=LOG_FORMAT, stream=sys.stderr)
-    if args.trio and importlib.util.find_spec("trio") is None:
+    build = functools.partial(load_target, args.target)
+    flags = CommandFlags.from_parsed(vars(args), trio=args.trio)
+    return run_worker_command(build, flags, dsn=args.dsn, what=args.target)
+
+
+def run_worker_command(
+    build: WorkerFactory,
+    flags: CommandFlags,
+    *,
+    what: str,
+    dsn: str | None = None,
+    migrate: str = "pgqueue migrate",
+    started: Callable[[Worker | AsyncWorker], None] | None = None,
+    exit_if_stuck: bool = True,
+) -> int:
+    """Run the worker ``build`` makes, with the ``flags`` a worker command was
+    given (`pgqueue.cli.flags`); the command's exit status.
+
+    The one runner of ``pgqueue worker``, ``flask pgqueue worker`` and
+    ``manage.py pgqueue_worker``: the settings given override the worker's own
+    (`with_overrides`), ``--processes`` runs it under a supervisor, else it is
+    served here, with its metrics and health probes, until it stops.
+    ``build`` is picklable (each worker process calls it); ``what`` names the
+    worker in errors; ``migrate`` is the command that installs the schema,
+    named when the worker starts before it ran; ``started`` is called with the
+    worker before it runs (not with ``--processes``); ``exit_if_stuck=False``
+    returns even when threads the worker gave up on are still busy (a
+    command called in-process, not one about to end its process: see
+    `leave_stuck_calls_behind`). Bad flags, or a worker that cannot be built,
+    raise `UsageError`.
+    """
+    logging.basicConfig(level=flags.log_level, format=LOG_FORMAT, stream=sys.stderr)
+    if flags.trio and importlib.util.find_spec("trio") is None:
         raise UsageError("--trio needs trio installed: pip install trio")
-    build = functools.partial(load_worker, args.target, dsn=args.dsn, **worker_settings(args))
-    if args.processes is not None:
+    if flags.max_jobs_per_child is not None and flags.processes is None:
+        raise UsageError("--max-jobs-per-child needs --processes")
+    configured_build = functools.partial(configured, build, what, dsn, flags.settings)
+    if flags.processes is not None:
         from .processes import supervise
 
-        return supervise(build, processes=args.processes,
-                         max_jobs_per_child=args.max_jobs_per_child, trio=args.trio,
-                         until_empty=args.until_empty, metrics_port=args.metrics_port,
-                         metrics_host=args.metrics_host,
-                         log_level=args.log_level)  # fmt: skip
-    if args.max_jobs_per_child is not None:
-        raise UsageError("--max-jobs-per-child needs --processes")
-    worker = build()
-    if args.trio and isinstance(worker, Worker):
+        return supervise(configured_build, processes=flags.processes,
+                         max_jobs_per_child=flags.max_jobs_per_child, trio=flags.trio,
+                         until_empty=flags.until_empty, http=flags.http,
+                         log_level=flags.log_level, migrate=migrate)  # fmt: skip
+    worker = configured_build()
+    if flags.trio and isinstance(worker, Worker):
         raise UsageError("--trio runs an AsyncWorker; a pgqueue.Worker runs on threads")
-    opened = (
-        serve_metrics(worker, args.metrics_port, host=args.metrics_host)
-        if args.metrics_port
-        else None
-    )
+    if started is not None:
+        started(worker)
+    stamps = worker.health
+    close = serve_http(worker, flags.http, lambda: assess([stamps]))
     try:
-        status = serve(worker, trio=args.trio, until_empty=args.until_empty)
+        status = serve(worker, trio=flags.trio, until_empty=flags.until_empty, migrate=migrate)
     finally:
-        if opened is not None:
-            opened.close()
-    if status == 0:
+        close()
+    if status == 0 and exit_if_stuck:
         leave_stuck_calls_behind()
     return status
 
 
-# The worker's settings that ``pgqueue worker`` takes as flags (the spelling
-# of each: its name with dashes), each overriding the target's own.
-WORKER_SETTINGS = (
-    "concurrency",
-    "batch_size",
-    "kinds",
-    "queues",
-    "poll_interval",
-    "job_timeout",
-    "visibility_timeout",
-    "grace_period",
-    "call_timeout",
-    "claim_bytes",
-    "name",
-    "listen_conninfo",
-)
+def http_options(args: argparse.Namespace) -> HttpOptions:
+    """What the command serves over HTTP, from its flags."""
+    return CommandFlags.from_parsed(vars(args)).http
 
 
 def worker_settings(args: argparse.Namespace) -> dict[str, Any]:
     """The worker settings given as flags (None: the target's own)."""
-    return {name: getattr(args, name) for name in WORKER_SETTINGS}
+    return CommandFlags.from_parsed(vars(args)).settings
 
 
 def load_worker(target: str, *, dsn: str | None, **settings: Any) -> Worker | AsyncWorker:
     """The worker ``pgqueue worker TARGET`` runs: the target, with the options applied."""
-    loaded = load_target(target)
+    return configured(functools.partial(load_target, target), target, dsn, settings)
+
+
+def configured(
+    build: WorkerFactory, what: str, dsn: str | None, settings: dict[str, Any]
+) -> Worker | AsyncWorker:
+    """The worker ``build`` makes, with the settings given (None: its own) and
+    on the server ``dsn`` names (None: its own); module-level, so that a
+    `functools.partial` of it is picklable for ``--processes``."""
     try:
-        return with_overrides(loaded, dsn=dsn, **settings)
+        worker = build()
+    except (TypeError, ValueError) as exc:  # the framework's settings, refused by the worker
+        raise UsageError(f"cannot build the worker: {exc}") from exc
+    try:
+        return with_overrides(worker, dsn=dsn, **settings)
     except (TypeError, ValueError) as exc:
-        raise UsageError(f"cannot apply the options to {target}: {exc}") from exc
+        raise UsageError(f"cannot apply the options to {what}: {exc}") from exc
 
 
-def serve(worker: Worker | AsyncWorker, *, trio: bool, until_empty: bool) -> int:
-    """Run ``worker`` until it stops, SIGINT and SIGTERM stopping it; the exit status."""
+def serve(
+    worker: Worker | AsyncWorker,
+    *,
+    trio: bool,
+    until_empty: bool,
+    migrate: str = "pgqueue migrate",
+) -> int:
+    """Run ``worker`` until it stops, SIGINT and SIGTERM stopping it; the exit
+    status. A table never installed is said in one line naming ``migrate``."""
     try:
         with stop_on_signals(worker.stop):
             if isinstance(worker, Worker):
@@ -113,6 +166,9 @@ def serve(worker: Worker | AsyncWorker, *, trio: bool, until_empty: bool) -> int
     except KeyboardInterrupt:
         log.warning("interrupted")
         return 130
+    except psycopg.errors.UndefinedTable as exc:
+        log.error("%s", not_migrated(exc, worker.queue.table, migrate))
+        return 1
     except Exception:
         log.exception("the worker failed")
         return 1
@@ -158,14 +214,11 @@ def busy_with(thread: threading.Thread) -> str:
     return f"thread {thread.name}"
 
 
-def serve_metrics(
-    worker: Worker | AsyncWorker,
-    port: int,
-    *,
-    host: str = "0.0.0.0",
-    children_dir: str | None = None,
-) -> Queue | None:
-    """Serve the worker's events and its queue's stats to Prometheus on ``port``.
+def metrics_app(
+    worker: Worker | AsyncWorker, *, children_dir: str | None = None
+) -> tuple[WSGIApp, Queue | None]:
+    """The WSGI application that serves the worker's events and its queue's
+    stats to Prometheus, and the queue it opened for them (to close after).
 
     Both go to ``prometheus_client``'s global registry, so that metrics the
     application registers there are served too. With ``children_dir`` (a
@@ -176,7 +229,7 @@ def serve_metrics(
     for the caller to close (None when the worker's own serves).
     """
     try:
-        from prometheus_client import REGISTRY, CollectorRegistry, start_http_server
+        from prometheus_client import REGISTRY, CollectorRegistry, make_wsgi_app
         from prometheus_client.multiprocess import MultiProcessCollector
 
         from ..prometheus import PrometheusMetrics, QueueStatsCollector
@@ -206,17 +259,41 @@ def serve_metrics(
             queue, registry=registry, visibility_timeout=worker.settings.visibility_timeout
         )
     except ValueError as exc:  # the registry refuses a name registered twice
+        if opened is not None:
+            opened.close()
         raise UsageError(
             f"--metrics-port: the worker's module already registers pgqueue's metrics ({exc}); "
             "serve them from there, or register them only once"
         ) from exc
+    app: WSGIApp = make_wsgi_app(registry)
+    return app, opened
+
+
+def serve_http(
+    worker: Worker | AsyncWorker,
+    http: HttpOptions,
+    health: Callable[[], HealthReport],
+    *,
+    children_dir: str | None = None,
+) -> Callable[[], None]:
+    """Serve the metrics (``--metrics-port``) and the health probes
+    (``--health-port``) the command line asks for; returns what closes them."""
+    app, opened = (
+        metrics_app(worker, children_dir=children_dir) if http.metrics_port else (None, None)
+    )
     try:
-        start_http_server(port, addr=host, registry=registry)
-    except OSError as exc:
-        raise OperationFailed(f"cannot serve metrics on port {port}: {exc}") from exc
-    log.info("serving Prometheus metrics on port %d of %s (/metrics)", port,
-             host)  # fmt: skip
-    return opened
+        endpoints = serve_endpoints(http, metrics=app, health=health)
+    except BaseException:
+        if opened is not None:
+            opened.close()
+        raise
+
+    def close() -> None:
+        endpoints.close()
+        if opened is not None:
+            opened.close()
+
+    return close
 
 
 def load_target(spec: str) -> Worker | AsyncWorker:

@@ -13,8 +13,9 @@ from functools import partial
 from typing import Any, TypeVar
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
-from psycopg_pool import ConnectionPool, PoolClosed
+from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolClosed
 
 from ..core.jobs import wrong_connection
 from ..core.ops import Copy, Operation, Rows, Step, drive, needs_transaction
@@ -28,6 +29,7 @@ __all__ = [
     "make_driver",
     "make_pool",
     "perform",
+    "probe_server",
     "reconnect_now",
     "run_on",
 ]
@@ -84,6 +86,18 @@ def make_pool(conninfo: str, *, max_size: int, transaction_pooling: bool = False
     )
 
 
+def probe_server(pool: ConnectionPool | AsyncConnectionPool) -> None:
+    """Connect once as ``pool`` would, and close: `psycopg.OperationalError`
+    with the server's (or the network's) reason if that fails, within the
+    DSN's ``connect_timeout``, else the pool's timeout."""
+    conninfo, kwargs = resolve_settings(pool)
+    if "connect_timeout" not in {**conninfo_to_dict(conninfo), **kwargs}:
+        # libpq's unit is whole seconds; below 2 it means 2.
+        kwargs["connect_timeout"] = max(2, round(pool.timeout))
+    with psycopg.connect(conninfo, **kwargs):
+        pass
+
+
 class Driver:
     """Runs operations on the caller's connection or on one from the pool."""
 
@@ -101,12 +115,21 @@ class Driver:
         """The conninfo and keyword arguments the pool connects with."""
         return resolve_settings(self.pool)
 
-    def open(self, *, wait: bool = False) -> None:
+    def open(self, *, wait: bool = False, probe: bool | None = None) -> None:
         """Open the pool if it is the driver's; with ``wait``, wait until it has
-        a connection (`PoolTimeout` after the pool's timeout, the pool left
-        open and connecting: psycopg_pool's own wait would close it)."""
+        a connection (`PoolTimeout` after the pool's timeout: psycopg_pool's
+        own wait would close it).
+
+        ``probe`` (default: ``wait``): before the driver's own pool is first
+        opened, connect once (`probe_server`), so that a server that cannot
+        be reached raises its own reason (`psycopg.OperationalError`) within
+        the connect timeout, and no pool is left retrying. A worker opens
+        without it: through an outage, its pool's own retries are faster.
+        """
         with self._open_lock:
             if not self._opened:
+                if self.owned and (wait if probe is None else probe):
+                    probe_server(self.pool)
                 self.pool.open(wait=False)
                 self._opened = True
         if wait:
@@ -116,7 +139,8 @@ class Driver:
     def run(self, op: Operation[T], conn: CallerConnection | None = None) -> T:
         if conn is not None:
             return run_on(conn, op)
-        self.open()
+        if not self._opened:
+            self.open(probe=True)  # the API's first call: the server's reason, at once
         with self.pool.connection() as pooled:
             return run_on(pooled, op)
 

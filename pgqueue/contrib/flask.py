@@ -14,8 +14,13 @@
             conn.execute("INSERT INTO orders ...")
             pgq.enqueue("send_receipt", {...})  # joins it: commits with the order, or not at all
 
-    @pgq.handler("send_receipt")
-    def send_receipt(job: pgqueue.Job) -> None: ...  # runs in the app's context
+    @pgq.task
+    def send_receipt(order_id: int) -> None: ...  # a task: runs in the app's context
+
+    send_receipt.enqueue(order.id)            # joins the request's transaction too
+
+    @pgq.handler("legacy_kind")               # the lower level: a handler takes the Job
+    def legacy(job: pgqueue.Job) -> None: ...
 
     $ flask --app shop pgqueue migrate
     $ flask --app shop pgqueue worker --concurrency 8
@@ -33,13 +38,11 @@ from __future__ import annotations
 
 import functools
 import inspect
-import logging
-import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast, overload
 
 import click
 import psycopg
@@ -48,18 +51,25 @@ from flask.cli import AppGroup, ScriptInfo
 from psycopg_pool import ConnectionPool
 
 from ..cli.errors import UsageError
-from ..cli.processes import supervise
-from ..cli.worker import LOG_FORMAT, LOG_LEVELS, leave_stuck_calls_behind, stop_on_signals
+from ..cli.flags import CommandFlags, click_options
+from ..cli.worker import run_worker_command
 from ..core.jobs import JobSpec
 from ..core.ops import QueueCore
+from ..core.tasks import TaskDefaults, TaskDefinition, TaskRegistry
 from ..core.worker import check_worker_options
 from ..sync.driver import make_pool
 from ..sync.queue import Queue
+from ..sync.tasks import Task
 from ..sync.worker import Worker
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["PgQueue"]
 
 H = TypeVar("H", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 ConnectionLoader = Callable[[], "psycopg.Connection[Any] | None"]
 
 EXTENSION_KEY = "pgqueue"
@@ -110,6 +120,7 @@ class PgQueue:
 
     def __init__(self, app: Flask | None = None) -> None:
         self._handlers: dict[str, Callable[..., Any]] = {}
+        self._tasks = TaskRegistry()  # written by `task`, read by `worker`
         self._connection_loader: ConnectionLoader | None = None
         if app is not None:
             self.init_app(app)
@@ -239,8 +250,63 @@ class PgQueue:
 
     # -- the worker -----------------------------------------------------------
 
+    @overload
+    def task(self, fn: Callable[P, R], /) -> Task[P, R]: ...
+
+    @overload
+    def task(
+        self, /, *, kind: str | None = None, **defaults: Unpack[TaskDefaults]
+    ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+
+    def task(
+        self,
+        fn: Callable[P, R] | None = None,
+        /,
+        *,
+        kind: str | None = None,
+        **defaults: Unpack[TaskDefaults],
+    ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
+        """Make a plain function a task: a job kind whose jobs call it, in an
+        app context, as `pgqueue.Queue.task` does.
+
+            @pgq.task(max_attempts=5)
+            def send_receipt(order_id: int) -> None:
+                mailer.send(Order.query.get(order_id))
+
+            @app.post("/orders")
+            def create_order():
+                with pgq.transaction() as conn:
+                    conn.execute("INSERT INTO orders ...")
+                    send_receipt.enqueue(order_id)   # commits with the order, or not at all
+
+        The returned `pgqueue.Task` enqueues on the current app's queue,
+        joining the request's connection as `enqueue` does (or the one given
+        with ``.options(conn=...)``); calling it calls the function. ``kind``
+        and ``defaults`` are those of `pgqueue.Queue.task`. `worker` (and
+        ``flask pgqueue worker``) runs the tasks beside the handlers. A bad
+        option, an ``async def`` function or a second function for a kind
+        raises `TypeError` or `ValueError` here.
+        """
+
+        def make(fn: Callable[P, R]) -> Task[P, R]:
+            if inspect.iscoroutinefunction(fn):
+                raise TypeError(f"{fn.__qualname__} is async; Flask's worker runs plain functions")
+            definition = TaskDefinition(fn, kind, defaults)
+            if definition.kind in self._handlers:
+                raise ValueError(
+                    f"job kind {definition.kind!r} has a handler already: give the task "
+                    "another kind="
+                )
+            self._tasks.add(definition)
+            # The extension stands in for the queue: it enqueues on the current
+            # app's, joining the request's connection.
+            return Task(cast("Queue", self), definition, definition.options)
+
+        return make if fn is None else make(fn)
+
     def handler(self, kind: str) -> Callable[[H], H]:
-        """Register the decorated plain function as the handler of ``kind``."""
+        """Register the decorated plain function as the handler of ``kind``:
+        the lower level of `task`, a function that takes the `pgqueue.Job`."""
 
         def register(fn: H) -> H:
             if not callable(fn):
@@ -249,6 +315,8 @@ class PgQueue:
                 raise TypeError(
                     f"the handler for {kind!r} is async; Flask's worker runs plain functions"
                 )
+            if self._tasks.get(kind) is not None:
+                raise ValueError(f"job kind {kind!r} is a task already (pgq.task)")
             self._handlers[kind] = fn
             return fn
 
@@ -260,7 +328,10 @@ class PgQueue:
         target: Flask = app if app is not None else current_app._get_current_object()  # type: ignore[attr-defined]
         _, queue = self._state(target).open()
         settings = {**target.config["PGQUEUE_WORKER"], **options}
-        handlers = {kind: _in_app_context(target, fn) for kind, fn in self._handlers.items()}
+        handlers = {
+            kind: _in_app_context(target, fn)
+            for kind, fn in self._tasks.handlers(self._handlers).items()
+        }
         return Worker(queue, handlers, **settings)
 
 
@@ -292,86 +363,50 @@ def migrate_command() -> None:
 
 
 @commands.command("worker")
-@click.option("--concurrency", type=click.IntRange(min=1), help="Jobs run at a time.")
-@click.option("--queue", "queues", multiple=True, help="Serve this queue (repeat); all if none.")
-@click.option("--kind", "kinds", multiple=True, help="Serve this kind (repeat); all if none.")
-@click.option("--until-empty", is_flag=True, help="Drain what is ready, then exit.")
-@click.option(
-    "--processes",
-    type=click.IntRange(min=1),
-    help="Run N worker processes under one supervisor (for CPU-bound handlers).",
-)
-@click.option(
-    "--max-jobs-per-child",
-    type=click.IntRange(min=1),
-    help="With --processes: replace a worker process after it finished M jobs.",
-)
-@click.option("--log-level", type=click.Choice(LOG_LEVELS), default="INFO", show_default=True)
-def worker_command(
-    concurrency: int | None,
-    queues: tuple[str, ...],
-    kinds: tuple[str, ...],
-    until_empty: bool,
-    processes: int | None,
-    max_jobs_per_child: int | None,
-    log_level: str,
-) -> None:
-    """Run the app's handlers until SIGINT or SIGTERM (a second one interrupts running jobs)."""
-    logging.basicConfig(level=log_level, format=LOG_FORMAT, stream=sys.stderr)
+@click_options()
+@click.option("--queue", "queue", multiple=True, hidden=True, help="Deprecated: --queues.")
+@click.option("--kind", "kind", multiple=True, hidden=True, help="Deprecated: --kinds.")
+def worker_command(queue: tuple[str, ...], kind: tuple[str, ...], **given: Any) -> None:
+    """Run the app's tasks and handlers until SIGINT or SIGTERM (a second one
+    interrupts running jobs), or with --until-empty until no job is ready or
+    running. Takes every flag of `pgqueue worker` but TARGET, --dsn and --trio."""
+    ctx = click.get_current_context()
+    # The repeatable --queue and --kind of earlier releases: --queues a,b and --kinds a,b now.
+    for old, new, names in (("--queue", "queues", queue), ("--kind", "kinds", kind)):
+        if names:
+            click.echo(f"warning: {old} is deprecated; use --{new} a,b", err=True)
+            given[new] = [*(given[new] or ()), *names]
+    flags = CommandFlags.from_parsed(given)
     state = _current_state()
-    options: dict[str, Any] = {}
-    if concurrency is not None:
-        options["concurrency"] = concurrency
-    if queues:
-        options["queues"] = list(queues)
-    if kinds:
-        options["kinds"] = list(kinds)
-    if processes is not None:
-        _supervise(options, processes, max_jobs_per_child, until_empty, log_level)
-        return
-    if max_jobs_per_child is not None:
-        raise click.UsageError("--max-jobs-per-child needs --processes")
+    if flags.processes is not None:
+        info = ctx.ensure_object(ScriptInfo)
+        if info.app_import_path is None and info.create_app is not None:
+            raise click.UsageError(
+                "--processes needs the app named by --app or FLASK_APP: each worker process "
+                "loads it"
+            )
+        build: Callable[[], Worker] = functools.partial(_app_worker, info.app_import_path)
+    else:
+        build = functools.partial(state.extension.worker, current_app._get_current_object())  # type: ignore[attr-defined]
     try:
-        worker = state.extension.worker(**options)
-    except (TypeError, ValueError) as exc:
-        raise click.UsageError(f"cannot build the worker: {exc}") from exc
-    try:
-        with stop_on_signals(worker.stop):
-            worker.run(until_empty=until_empty)
+        status = run_worker_command(build, flags, what="the app's worker", migrate=FLASK_MIGRATE)
+    except UsageError as exc:
+        raise click.UsageError(str(exc)) from exc
     finally:
         state.close()
-    leave_stuck_calls_behind()
+    ctx.exit(status)
 
 
-def _supervise(
-    options: dict[str, Any],
-    processes: int,
-    max_jobs_per_child: int | None,
-    until_empty: bool,
-    log_level: str,
-) -> None:
-    info = click.get_current_context().ensure_object(ScriptInfo)
-    if info.app_import_path is None and info.create_app is not None:
-        raise click.UsageError(
-            "--processes needs the app named by --app or FLASK_APP: each worker process loads it"
-        )
-    build = functools.partial(_app_worker, info.app_import_path, options)
-    try:
-        status = supervise(build, processes=processes, max_jobs_per_child=max_jobs_per_child,
-                           until_empty=until_empty, log_level=log_level)  # fmt: skip
-    except (TypeError, ValueError, UsageError) as exc:
-        raise click.UsageError(f"cannot build the worker: {exc}") from exc
-    if status != 0:
-        raise click.ClickException("a worker process could not set up its worker (see its log)")
+FLASK_MIGRATE = "flask pgqueue migrate"
 
 
-def _app_worker(app_import_path: str | None, options: dict[str, Any]) -> Worker:
+def _app_worker(app_import_path: str | None) -> Worker:
     """The worker of ``flask pgqueue worker``, in a process that loads the app anew."""
     app = ScriptInfo(app_import_path=app_import_path).load_app()
     state = app.extensions.get(EXTENSION_KEY)
     if not isinstance(state, _AppState):
         raise UsageError("this app has no pgqueue extension: call PgQueue.init_app(app)")
-    return state.extension.worker(app, **options)
+    return state.extension.worker(app)
 
 
 def _current_state() -> _AppState:

@@ -49,7 +49,8 @@ async def running(
                 yield {"pgqueue": queue}
 
     The queue is opened before the block starts: a server that cannot be
-    reached fails the app's start-up (`psycopg_pool.PoolTimeout`). The
+    reached fails the app's start-up with its reason (`psycopg.OperationalError`;
+    `psycopg_pool.PoolTimeout` for a queue on a pool of yours). The
     worker runs in a task group of its own on the caller's event loop and
     never installs signal handlers (the web server owns SIGINT and SIGTERM
     and ends the block). When the block ends, the worker stops as

@@ -94,6 +94,11 @@ class Statements:
         # default batch sizes; and for tests and operators, the claim's
         # plan, with no row touched.
         self.cycle = self.turn(False, False, False, 100)
+        # And as most turns are sent while a snapshot is held (no limits in
+        # use, plain successes), with heads (`pgqueue.core.heads`).
+        self.cycle_with_heads = self.turn(
+            False, False, False, 100, False, failures=False, plain=True, heads=True
+        )
         self.claim = self.claim_for(False, False, 20)
         self.explain_claim = b"EXPLAIN " + self.claim
 
@@ -145,6 +150,7 @@ class Statements:
         *,
         failures: bool = True,
         plain: bool = False,
+        heads: bool = False,
     ) -> bytes:
         """A worker's turn (`pgqueue.core.queue.turn`) claiming up to `limit`
         jobs, with ``queues``, ``kinds`` and ``claim_bytes`` parameters if
@@ -152,7 +158,9 @@ class Statements:
         `limited_max` of them (default: `limit`). Without `failures`, it
         records none (and takes no failure parameters); if `plain`, its
         successes are those that hold no limit slot and keep no result (and
-        it takes no result parameters)."""
+        it takes no result parameters). With `heads`, its claim starts each
+        level after its head (a ``heads`` parameter: `pgqueue.core.heads`);
+        without, it is the claim it was before heads existed."""
         spec = TurnSpec(
             queues=queues,
             kinds=kinds,
@@ -162,6 +170,7 @@ class Statements:
             limited_max=limit if limited_max is None else min(limited_max, limit),
             failures=failures,
             plain=plain,
+            heads=heads,
         )
         return self._rendered.get(spec, lambda: turn_statement(self._table, spec))
 

@@ -118,6 +118,10 @@ class Pace:
     batch_size: int
     run_time: float | None = None  # seconds a handler runs (moving average); None: none ran
     round_trip: float = 0.001  # seconds a claim takes (moving average)
+    limit: int = 0  # the most jobs a claim asks for: the batch size, halved by `cancelled`
+
+    def __post_init__(self) -> None:
+        self.limit = self.batch_size
 
     def ran(self, seconds: float) -> None:
         """A handler ran for ``seconds``."""
@@ -140,6 +144,31 @@ class Pace:
         if finished >= self.batch_size * self.run_time:
             return self.batch_size
         return int(finished / self.run_time)
+
+    def size(self, held: int, starved: bool) -> int:
+        """How many jobs to claim now, ``held`` being claimed, running or on
+        their way (0: no claim yet): enough for every runner and `ahead`
+        (twice that when the runners ran dry waiting for the last claim);
+        claimed once a runner is free or, for handlers quicker than a claim,
+        once what is held is down by half a batch, then whole batches."""
+        ahead = self.ahead()
+        if starved:
+            ahead += min(ahead, self.limit)
+        wanted = self.concurrency + ahead - held
+        if wanted < max(1, min(ahead, self.limit) // 2):
+            return 0
+        return self.limit if ahead >= self.limit else min(wanted, self.limit)
+
+    def cancelled(self, size: int) -> bool:
+        """A claim of ``size`` jobs was cancelled by the server (a role's
+        ``statement_timeout``): claims ask for half as many at most from now
+        on, down to one. True if that is fewer than it asked (a claim sent
+        before an earlier one was cancelled is fewer already), False if it
+        asked for one."""
+        if size == 1:
+            return False
+        self.limit = min(self.limit, size // 2)
+        return True
 
 
 def describe_jobs(jobs: Iterable[Any], limit: int = 20) -> str:

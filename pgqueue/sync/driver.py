@@ -9,6 +9,7 @@ from ..connection.blocking import (
     make_driver,
     make_pool,
     perform,
+    probe_server,
     reconnect_now,
     run_on,
 )
@@ -31,6 +32,7 @@ __all__ = [
     "make_pool",
     "perform",
     "pool_conninfo",
+    "probe_server",
     "reconnect_now",
     "resolve_settings",
     "run_on",

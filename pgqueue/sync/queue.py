@@ -88,10 +88,15 @@ class Queue:
     def open(self, *, wait: bool = True) -> None:
         """Open the queue's own pool now rather than at first use.
 
-        With ``wait`` (the default), wait until the pool has a connection:
-        `psycopg_pool.PoolTimeout` after the pool's timeout if the server
-        cannot be reached, the pool left open and still trying (a later call
-        works once the server answers). ``wait=False`` returns at once.
+        With ``wait`` (the default), connect once first: a server that
+        cannot be reached raises `psycopg.OperationalError` with its reason
+        (connection refused, password authentication failed, database does
+        not exist...) within the DSN's ``connect_timeout`` (else the pool's
+        timeout, 30 s), and no pool is left behind: a later call tries
+        again. The first call of a queue never opened does the same. Then
+        wait until the pool has a connection. ``wait=False`` opens the pool
+        and returns at once, the pool connecting in the background and
+        retrying until the server answers: what a worker does.
         """
         self._driver.open(wait=wait)
 
@@ -304,7 +309,7 @@ class Queue:
 
         Returns how many were deleted. A job that is not running is left
         alone; a running job is deleted whoever holds it (workers record their
-        successes through `_settle`, which only deletes their own claims).
+        successes through a statement of their own, which deletes only their own claims).
         """
         done: list[int] = self._driver.run(self.core.complete(jobs_or_ids))
         return len(done)

@@ -19,6 +19,7 @@ import anyio
 from ..aio.queue import AsyncQueue
 from ..aio.worker import AsyncWorker
 from ..core.events import EventListener
+from ..core.health import HealthStamps
 from ..core.jobs import DEFAULT_QUEUE
 from ..core.schedules import Schedule
 from ..core.tasks import task_of
@@ -86,6 +87,15 @@ class Worker:
     @property
     def handlers(self) -> Handlers:
         return self._worker.handlers
+
+    @property
+    def health(self) -> HealthStamps:
+        """What a health probe reads (`AsyncWorker.health`)."""
+        return self._worker.health
+
+    @health.setter
+    def health(self, stamps: HealthStamps) -> None:
+        self._worker.health = stamps
 
     def handler(self, kind: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Register the decorated plain function as the handler of ``kind``."""

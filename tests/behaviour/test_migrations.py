@@ -14,7 +14,7 @@ from psycopg.conninfo import make_conninfo
 import pgqueue
 from pgqueue import JobSpec, JobStatus
 from pgqueue.core import migrations
-from pgqueue.core.migrations import AUTOVACUUM_SETTINGS, LATEST_VERSION, MIGRATIONS
+from pgqueue.core.migrations import AUTOVACUUM_SETTINGS, FILLFACTOR, LATEST_VERSION, MIGRATIONS
 from pgqueue.core.ops import QueueCore
 from pgqueue.core.sql import UNIQUE_PREDICATES, SeedStatements
 from pgqueue.sync.driver import run_on
@@ -56,7 +56,9 @@ async def test_install_on_an_empty_database_applies_every_migration_once(
 
     assert recorded_versions(raw, table) == ALL_VERSIONS
     options = raw.one("SELECT reloptions FROM pg_class WHERE oid = %s::regclass", table)
-    assert set(options) == {f"{k}={v}" for k, v in AUTOVACUUM_SETTINGS.items()}
+    assert set(options) == {f"{k}={v}" for k, v in AUTOVACUUM_SETTINGS.items()} | {
+        f"fillfactor={FILLFACTOR}"
+    }
     assert history_exists(raw, table)
     assert running_index(raw, table) is not None
     # No older release ever used a table this install created: what the
@@ -800,3 +802,45 @@ async def test_a_dead_index_built_concurrently_beforehand_is_kept(
 
         assert await q.install() == ALL_VERSIONS[10:]
         assert dead_index(raw, table) == built
+
+
+# -- migration 12: room on each page for the claim's update -------------------------
+
+
+def pages(raw: Raw, ids: list[int]) -> list[int]:
+    """The heap page of each job's current version, in the order of ``ids``."""
+    rows = dict(raw.rows("SELECT id, (ctid::text::point)[0]::int FROM {table}"))
+    return [rows[i] for i in ids]
+
+
+async def test_a_table_at_version_11_gains_the_fillfactor_in_place(
+    dsn: str, table: str, backend: str, raw: Raw
+) -> None:
+    async with open_queue(backend, dsn, table=table) as q:
+        await q.install()
+        await q.enqueue_many([("a", {"n": n}) for n in range(10)])
+        raw.rows("ALTER TABLE {table} RESET (fillfactor)")
+        raw.rows("DELETE FROM pgqueue_schema WHERE queue_table = %s AND version > 11", table)
+        rows = raw.rows("SELECT * FROM {table} ORDER BY id")
+        file = filenode(raw, table)
+
+        assert await q.install() == ALL_VERSIONS[11:]
+        assert filenode(raw, table) == file  # no rewrite
+        assert raw.rows("SELECT * FROM {table} ORDER BY id") == rows
+        options = raw.one("SELECT reloptions FROM pg_class WHERE oid = %s::regclass", table)
+        assert f"fillfactor={FILLFACTOR}" in options
+
+
+async def test_a_claimed_job_stays_on_its_heap_page(
+    dsn: str, table: str, backend: str, raw: Raw
+) -> None:
+    # Room left by the fillfactor takes the claim's new version of each
+    # row, so that the WAL carries only what the claim changed.
+    async with open_queue(backend, dsn, table=table) as q:
+        await q.install()
+        ids = await q.enqueue_many([("a", {"n": n}) for n in range(500)])
+        before = pages(raw, ids)
+        assert len(set(before)) > 1  # several pages, each filled to the fillfactor
+        claimed = await q.claim(500, worker="a-long-worker-name:123456:abcdef")
+        assert sorted(job.id for job in claimed) == ids
+        assert pages(raw, ids) == before

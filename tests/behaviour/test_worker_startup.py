@@ -191,3 +191,62 @@ async def test_claim_bytes_must_be_a_positive_int(queue: Any, bad: Any) -> None:
         await queue._cycle([], [], worker="w", limit=10, claim_bytes=bad)
     with pytest.raises((TypeError, ValueError), match="claim_bytes"):
         pgqueue.AsyncWorker(queue, claim_bytes=bad)
+
+
+async def test_a_worker_on_a_table_never_installed_raises_undefined_table(
+    backend: str, dsn: str, table: str
+) -> None:
+    # docs/errors.md: an operation before install() raises UndefinedTable;
+    # the worker's run raises it as it is, not in the task groups it runs in.
+    async with open_queue(backend, dsn, table=table) as q:
+        worker = WorkerUnderTest(backend, q, {"k": lambda job: None})
+        with anyio.fail_after(PATIENCE), pytest.raises(psycopg.errors.UndefinedTable) as raised:
+            await worker.run()
+    assert f'relation "{table}' in str(raised.value)
+
+
+def unopened_queue(backend: str, dsn: str, table: str) -> Any:
+    if backend == "sync":
+        return SyncAsAsync(pgqueue.Queue(dsn, table=table))
+    return pgqueue.AsyncQueue(dsn, table=table)
+
+
+def pool_left_open(q: Any) -> bool:
+    """Whether the queue's own pool was opened (and would be retrying)."""
+    if isinstance(q, SyncAsAsync):
+        return not q.sync._driver.pool.closed
+    chosen = q._driver._chosen
+    return chosen is not None and chosen.owned_pool() is None
+
+
+@pytest.mark.parametrize("first", ["open", "enqueue"])
+async def test_a_wrong_dsn_raises_the_servers_reason_and_leaves_no_pool_behind(
+    backend: str, dsn: str, table: str, first: str
+) -> None:
+    wrong = make_conninfo(dsn, dbname=f"no_such_db_{uuid.uuid4().hex[:8]}")
+    queue = unopened_queue(backend, wrong, table)
+    with anyio.fail_after(PATIENCE), pytest.raises(psycopg.OperationalError) as raised:
+        if first == "open":
+            await queue.open()
+        else:
+            await queue.enqueue("k")
+    assert "does not exist" in str(raised.value)  # the server's own reason
+    assert not pool_left_open(queue)
+    await queue.close()
+
+
+async def test_a_worker_started_before_the_server_answers_opens_its_pool_without_a_probe(
+    backend: str, dsn: str, table: str
+) -> None:
+    # A worker rides an outage out on its pool's own retries (docs/reliability.md):
+    # its run opens the pool without the API's one-shot connection.
+    q = unopened_queue(backend, make_conninfo(dsn, dbname=f"no_such_db_{uuid.uuid4().hex[:8]}"),
+                       table)  # fmt: skip
+    try:
+        worker = WorkerUnderTest(backend, q, {"k": lambda job: None})
+        worker.stop()  # a stop before a run: the run opens the queue, then stops at once
+        with anyio.fail_after(PATIENCE):
+            await worker.run()
+        assert pool_left_open(q)  # and retrying, as the worker's recovery needs
+    finally:
+        await q.close()

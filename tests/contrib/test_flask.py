@@ -137,6 +137,60 @@ def test_worker_runs_the_handlers_in_the_apps_context(
     assert raw.count() == 0
 
 
+def test_a_task_enqueued_in_a_view_commits_with_its_rows_and_runs_in_the_apps_context(
+    app: Flask, pgq: PgQueue, orders: sql.Identifier, raw: Raw
+) -> None:
+    app.config["GREETING"] = "hello"
+    insert = sql.SQL("INSERT INTO {} (item) VALUES (%s)").format(orders)
+
+    @pgq.task(max_attempts=2)
+    def greet(name: str, *, loud: bool = False) -> None:
+        greeting = f"{current_app.config['GREETING']} {name}"
+        with pgq.transaction() as conn:  # the app's pool, through the app's context
+            conn.execute(insert, (greeting.upper() if loud else greeting,))
+
+    @app.post("/greet/<name>")
+    def create(name: str) -> dict[str, Any]:
+        with pgq.transaction():
+            job_id = greet.enqueue(name, loud=name == "bob")  # joins the view's transaction
+            if name == "declined":
+                raise LookupError("rolled back, with its job")
+        return {"job_id": job_id}
+
+    client = app.test_client()
+    assert client.post("/greet/ann").status_code == 200
+    assert client.post("/greet/declined").status_code == 500
+    assert client.post("/greet/bob").status_code == 200
+    assert raw.count() == 2
+    assert raw.one("SELECT max_attempts FROM {table} LIMIT 1") == 2
+    pgq.worker(app, concurrency=1, handle_signals=False).run(until_empty=True)
+    assert items(raw, orders) == ["hello ann", "HELLO BOB"]
+    assert raw.count() == 0
+    with app.app_context():
+        greet("cal")  # calling the task calls the function, here and now
+    assert items(raw, orders)[-1] == "hello cal"
+
+
+def test_a_task_refuses_bad_arguments_and_a_kind_taken_writing_nothing(
+    app: Flask, pgq: PgQueue, raw: Raw
+) -> None:
+    @pgq.task(kind="receipts.send")
+    def send(order_id: int) -> None: ...
+
+    with app.app_context():
+        with pytest.raises(TypeError):
+            send.enqueue(1, 2)  # type: ignore[call-arg]
+        with pytest.raises(TypeError, match="not JSON-serialisable"):
+            send.enqueue(object())  # type: ignore[arg-type]
+    assert raw.count() == 0
+    with pytest.raises(ValueError, match="is a task already"):
+        pgq.handler("receipts.send")(lambda job: None)
+    with pytest.raises(TypeError, match="async"):
+
+        @pgq.task
+        async def not_here() -> None: ...
+
+
 def test_worker_options_come_from_the_setting_then_the_call(app: Flask, pgq: PgQueue) -> None:
     app.config["PGQUEUE_WORKER"] = {"concurrency": 3, "batch_size": 7}
     worker = pgq.worker(app, batch_size=9)

@@ -209,6 +209,7 @@ COPY "pgqueue_jobs" ("id", "kind", "payload", "run_at", "max_attempts", "queue",
 
 -- ==== cycle
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -470,8 +471,121 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
+
+-- ==== cycle_with_heads
+WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+claimed AS (
+UPDATE "pgqueue_jobs" AS j
+   SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
+ WHERE j.id = ANY(ARRAY(
+WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM jsonb_to_recordset(%(heads)s::jsonb)
+        AS h(queue text, priority smallint, run_at timestamptz, id bigint)),
+found(queue) AS (
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
+  UNION ALL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
+served(queue) AS (
+    SELECT queue FROM found
+     WHERE queue IS NOT NULL
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
+levels(queue, priority) AS (
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
+picked AS (
+    SELECT p.priority, x.run_at, x.id, x.size
+      FROM (SELECT DISTINCT priority FROM levels
+             WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
+     CROSS JOIN LATERAL (
+           SELECT c.run_at, c.id, c.size
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
+            CROSS JOIN LATERAL (
+                  SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
+                   WHERE status = 'pending' AND limit_key IS NULL
+                     AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
+                     AND run_at <= now()
+                     AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
+                   ORDER BY run_at, id
+                   LIMIT 100
+                   FOR UPDATE SKIP LOCKED) AS c
+            WHERE l.priority = p.priority
+            ORDER BY c.run_at, c.id
+            LIMIT 100) AS x
+     LIMIT 100)
+SELECT id FROM picked))
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
+       (SELECT coalesce(array_agg(id), '{}') FROM failed),
+       (SELECT coalesce(array_agg(status), '{}') FROM failed),
+       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       0,
+       EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
+       NULL::double precision,
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== enqueue
 WITH job AS (
@@ -1789,6 +1903,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 
 -- ==== turn(queues=False kinds=False budget=False limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -1870,11 +1985,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=False limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -1936,11 +2053,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=False limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -2096,11 +2215,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=False limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -2236,11 +2357,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=False limited=True failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -2428,11 +2551,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=False limited=True failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -2569,11 +2694,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=False limited=True failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -2835,11 +2962,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=False limited=True failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -3050,11 +3179,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=True limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -3139,11 +3270,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=True limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -3208,11 +3341,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=True limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -3371,11 +3506,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=True limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -3514,11 +3651,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=True limited=True failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -3709,11 +3848,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=True limited=True failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -3853,11 +3994,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=True limited=True failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -4122,11 +4265,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=True limited=True failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -4340,11 +4485,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=False limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -4426,11 +4573,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=False limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -4492,11 +4641,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=False limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -4652,11 +4803,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=False limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -4792,11 +4945,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=False limited=True failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -4984,11 +5139,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=False limited=True failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -5125,11 +5282,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=False limited=True failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -5391,11 +5550,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=False limited=True failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -5606,11 +5767,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=True limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -5695,11 +5858,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=True limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -5764,11 +5929,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=True limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -5927,11 +6094,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=True limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -6070,11 +6239,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=True limited=True failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -6265,11 +6436,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=True limited=True failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -6409,11 +6582,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=True limited=True failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -6678,11 +6853,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=True limited=True failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -6896,11 +7073,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=False limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -6977,11 +7156,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=False limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -7038,11 +7219,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=False limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -7193,11 +7376,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=False limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -7328,11 +7513,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=False limited=True failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -7515,11 +7702,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=False limited=True failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -7651,11 +7840,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=False limited=True failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -7912,11 +8103,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=False limited=True failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -8122,11 +8315,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=True limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -8206,11 +8401,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=True limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -8270,11 +8467,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=True limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -8428,11 +8627,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=True limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -8566,11 +8767,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=True limited=True failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -8756,11 +8959,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=True limited=True failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -8895,11 +9100,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=True limited=True failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -9159,11 +9366,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=True limited=True failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -9372,11 +9581,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=False limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -9453,11 +9664,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=False limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -9514,11 +9727,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=False limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -9669,11 +9884,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=False limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -9804,11 +10021,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=False limited=True failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -9991,11 +10210,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=False limited=True failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -10127,11 +10348,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=False limited=True failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -10388,11 +10611,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=False limited=True failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -10598,11 +10823,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=True limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -10682,11 +10909,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=True limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -10746,11 +10975,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=True limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -10904,11 +11135,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=True limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -11042,11 +11275,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=True limited=True failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -11232,11 +11467,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=True limited=True failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -11371,11 +11608,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=True limited=True failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -11635,11 +11874,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=True limited=True failures=True plain=False limited_max=5)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -11899,11 +12140,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=True limited=True failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -12112,11 +12355,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=True limited=True failures=True plain=True limited_max=5)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -12325,8 +12570,403 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
+
+-- ==== turn(queues=False kinds=False plain=True heads=True)
+WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+claimed AS (
+UPDATE "pgqueue_jobs" AS j
+   SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
+ WHERE j.id = ANY(ARRAY(
+WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM jsonb_to_recordset(%(heads)s::jsonb)
+        AS h(queue text, priority smallint, run_at timestamptz, id bigint)),
+found(queue) AS (
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
+  UNION ALL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
+served(queue) AS (
+    SELECT queue FROM found
+     WHERE queue IS NOT NULL
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
+levels(queue, priority) AS (
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
+picked AS (
+    SELECT p.priority, x.run_at, x.id, x.size
+      FROM (SELECT DISTINCT priority FROM levels
+             WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
+     CROSS JOIN LATERAL (
+           SELECT c.run_at, c.id, c.size
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
+            CROSS JOIN LATERAL (
+                  SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
+                   WHERE status = 'pending' AND limit_key IS NULL
+                     AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
+                     AND run_at <= now()
+                     AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
+                   ORDER BY run_at, id
+                   LIMIT 20
+                   FOR UPDATE SKIP LOCKED) AS c
+            WHERE l.priority = p.priority
+            ORDER BY c.run_at, c.id
+            LIMIT 20) AS x
+     LIMIT 20)
+SELECT id FROM picked))
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
+       (SELECT coalesce(array_agg(id), '{}') FROM failed),
+       (SELECT coalesce(array_agg(status), '{}') FROM failed),
+       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       0,
+       EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
+       NULL::double precision,
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
+
+-- ==== turn(queues=False kinds=True plain=True heads=True)
+WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+claimed AS (
+UPDATE "pgqueue_jobs" AS j
+   SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
+ WHERE j.id = ANY(ARRAY(
+WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM jsonb_to_recordset(%(heads)s::jsonb)
+        AS h(queue text, priority smallint, run_at timestamptz, id bigint)),
+found(queue) AS (
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
+  UNION ALL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
+served(queue) AS (
+    SELECT queue FROM found
+     WHERE queue IS NOT NULL
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
+levels(queue, priority) AS (
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
+picked AS (
+    SELECT p.priority, x.run_at, x.id, x.size
+      FROM (SELECT DISTINCT priority FROM levels
+             WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
+     CROSS JOIN LATERAL (
+           SELECT c.run_at, c.id, c.size
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+            CROSS JOIN LATERAL (
+                  SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
+                   WHERE status = 'pending' AND limit_key IS NULL
+                     AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
+                     AND run_at <= now() AND kind = k.kind
+                     AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
+                   ORDER BY run_at, id
+                   LIMIT 20
+                   FOR UPDATE SKIP LOCKED) AS c
+            WHERE l.priority = p.priority
+            ORDER BY c.run_at, c.id
+            LIMIT 20) AS x
+     LIMIT 20)
+SELECT id FROM picked))
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
+       (SELECT coalesce(array_agg(id), '{}') FROM failed),
+       (SELECT coalesce(array_agg(status), '{}') FROM failed),
+       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       0,
+       EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
+       NULL::double precision,
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
+
+-- ==== turn(queues=True kinds=False plain=True heads=True)
+WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+claimed AS (
+UPDATE "pgqueue_jobs" AS j
+   SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
+ WHERE j.id = ANY(ARRAY(
+WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM jsonb_to_recordset(%(heads)s::jsonb)
+        AS h(queue text, priority smallint, run_at timestamptz, id bigint)),
+found(queue) AS (SELECT unnest(%(queues)s::text[])),
+served(queue) AS (
+    SELECT queue FROM found
+     WHERE queue IS NOT NULL
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
+levels(queue, priority) AS (
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
+picked AS (
+    SELECT p.priority, x.run_at, x.id, x.size
+      FROM (SELECT DISTINCT priority FROM levels
+             WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
+     CROSS JOIN LATERAL (
+           SELECT c.run_at, c.id, c.size
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
+            CROSS JOIN LATERAL (
+                  SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
+                   WHERE status = 'pending' AND limit_key IS NULL
+                     AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
+                     AND run_at <= now()
+                     AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
+                   ORDER BY run_at, id
+                   LIMIT 20
+                   FOR UPDATE SKIP LOCKED) AS c
+            WHERE l.priority = p.priority
+            ORDER BY c.run_at, c.id
+            LIMIT 20) AS x
+     LIMIT 20)
+SELECT id FROM picked))
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
+       (SELECT coalesce(array_agg(id), '{}') FROM failed),
+       (SELECT coalesce(array_agg(status), '{}') FROM failed),
+       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       0,
+       EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
+       NULL::double precision,
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
+
+-- ==== turn(queues=True kinds=True plain=True heads=True)
+WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+claimed AS (
+UPDATE "pgqueue_jobs" AS j
+   SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
+ WHERE j.id = ANY(ARRAY(
+WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM jsonb_to_recordset(%(heads)s::jsonb)
+        AS h(queue text, priority smallint, run_at timestamptz, id bigint)),
+found(queue) AS (SELECT unnest(%(queues)s::text[])),
+served(queue) AS (
+    SELECT queue FROM found
+     WHERE queue IS NOT NULL
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
+levels(queue, priority) AS (
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
+picked AS (
+    SELECT p.priority, x.run_at, x.id, x.size
+      FROM (SELECT DISTINCT priority FROM levels
+             WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
+     CROSS JOIN LATERAL (
+           SELECT c.run_at, c.id, c.size
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+            CROSS JOIN LATERAL (
+                  SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
+                   WHERE status = 'pending' AND limit_key IS NULL
+                     AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
+                     AND run_at <= now() AND kind = k.kind
+                     AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
+                   ORDER BY run_at, id
+                   LIMIT 20
+                   FOR UPDATE SKIP LOCKED) AS c
+            WHERE l.priority = p.priority
+            ORDER BY c.run_at, c.id
+            LIMIT 20) AS x
+     LIMIT 20)
+SELECT id FROM picked))
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
+       (SELECT coalesce(array_agg(id), '{}') FROM failed),
+       (SELECT coalesce(array_agg(status), '{}') FROM failed),
+       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       0,
+       EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
+       NULL::double precision,
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== migration 1, step 1
 CREATE TABLE IF NOT EXISTS "pgqueue_jobs" (
@@ -12577,6 +13217,9 @@ SELECT i.indrelid IS NOT DISTINCT FROM %s::regclass, i.indisvalid,
 
 -- ==== migration 11, step 2
 CREATE INDEX IF NOT EXISTS "pgqueue_jobs_dead" ON "pgqueue_jobs" (id) WHERE status = 'dead'
+
+-- ==== migration 12, step 1
+ALTER TABLE "pgqueue_jobs" SET (fillfactor = 40)
 
 -- ==== seed.claim
 UPDATE "pgqueue_jobs" SET status='running', locked_at=now(), locked_by=%s, attempts=attempts+1

@@ -207,6 +207,7 @@ COPY "pgqueue_jobs" ("id", "kind", "payload", "run_at", "max_attempts", "queue",
 
 -- ==== cycle
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -466,8 +467,120 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
+
+-- ==== cycle_with_heads
+WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+claimed AS (
+UPDATE "pgqueue_jobs" AS j
+   SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
+ WHERE j.id = ANY(ARRAY(
+WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM jsonb_to_recordset(%(heads)s::jsonb)
+        AS h(queue text, priority smallint, run_at timestamptz, id bigint)),
+found(queue) AS (
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
+  UNION ALL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
+served(queue) AS (
+    SELECT queue FROM found
+     WHERE queue IS NOT NULL
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
+levels(queue, priority) AS (
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
+picked AS (
+    SELECT p.priority, x.run_at, x.id, x.size
+      FROM (SELECT DISTINCT priority FROM levels
+             WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
+     CROSS JOIN LATERAL (
+           SELECT c.run_at, c.id, c.size
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
+            CROSS JOIN LATERAL (
+                  SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
+                   WHERE status = 'pending' AND limit_key IS NULL
+                     AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
+                     AND run_at <= now()
+                     AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
+                   ORDER BY run_at, id
+                   LIMIT 100
+                   FOR UPDATE SKIP LOCKED) AS c
+            WHERE l.priority = p.priority
+            ORDER BY c.run_at, c.id
+            LIMIT 100) AS x
+     LIMIT 100)
+SELECT id FROM picked))
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
+       (SELECT coalesce(array_agg(id), '{}') FROM failed),
+       (SELECT coalesce(array_agg(status), '{}') FROM failed),
+       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       0,
+       EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
+       NULL::double precision,
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== enqueue
 WITH job AS (
@@ -1783,6 +1896,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 
 -- ==== turn(queues=False kinds=False budget=False limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -1863,11 +1977,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=False limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -1928,11 +2044,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=False limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -2086,11 +2204,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=False limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -2224,11 +2344,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=False limited=True failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -2415,11 +2537,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=False limited=True failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -2555,11 +2679,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=False limited=True failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -2819,11 +2945,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=False limited=True failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -3032,11 +3160,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=True limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -3120,11 +3250,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=True limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -3188,11 +3320,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=True limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -3349,11 +3483,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=True limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -3490,11 +3626,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=True limited=True failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -3684,11 +3822,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=True limited=True failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -3827,11 +3967,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=True limited=True failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -4094,11 +4236,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=False budget=True limited=True failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -4310,11 +4454,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=False limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -4395,11 +4541,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=False limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -4460,11 +4608,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=False limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -4618,11 +4768,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=False limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -4756,11 +4908,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=False limited=True failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -4947,11 +5101,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=False limited=True failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -5087,11 +5243,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=False limited=True failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -5351,11 +5509,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=False limited=True failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -5564,11 +5724,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=True limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -5652,11 +5814,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=True limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -5720,11 +5884,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=True limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -5881,11 +6047,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=True limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -6022,11 +6190,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=True limited=True failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -6216,11 +6386,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=True limited=True failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -6359,11 +6531,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=True limited=True failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -6626,11 +6800,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=False kinds=True budget=True limited=True failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -6842,11 +7018,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=False limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -6922,11 +7100,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=False limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -6982,11 +7162,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=False limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -7135,11 +7317,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=False limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -7268,11 +7452,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=False limited=True failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -7454,11 +7640,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=False limited=True failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -7589,11 +7777,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=False limited=True failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -7848,11 +8038,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=False limited=True failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -8056,11 +8248,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=True limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -8139,11 +8333,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=True limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -8202,11 +8398,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=True limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -8358,11 +8556,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=True limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -8494,11 +8694,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=True limited=True failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -8683,11 +8885,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=True limited=True failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -8821,11 +9025,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=True limited=True failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -9083,11 +9289,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=False budget=True limited=True failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -9294,11 +9502,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=False limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -9374,11 +9584,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=False limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -9434,11 +9646,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=False limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -9587,11 +9801,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=False limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -9720,11 +9936,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=False limited=True failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -9906,11 +10124,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=False limited=True failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -10041,11 +10261,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=False limited=True failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -10300,11 +10522,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=False limited=True failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -10508,11 +10732,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=True limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -10591,11 +10817,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=True limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -10654,11 +10882,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=True limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -10810,11 +11040,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=True limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
@@ -10946,11 +11178,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=True limited=True failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -11135,11 +11369,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
             FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=True limited=True failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -11273,11 +11509,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       0
-  FROM relax
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=True limited=True failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -11535,11 +11773,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=True limited=True failures=True plain=False limited_max=5)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -11797,11 +12037,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=True limited=True failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -12008,11 +12250,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=True limited=True failures=True plain=True limited_max=5)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -12219,8 +12463,399 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
+
+-- ==== turn(queues=False kinds=False plain=True heads=True)
+WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+claimed AS (
+UPDATE "pgqueue_jobs" AS j
+   SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
+ WHERE j.id = ANY(ARRAY(
+WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM jsonb_to_recordset(%(heads)s::jsonb)
+        AS h(queue text, priority smallint, run_at timestamptz, id bigint)),
+found(queue) AS (
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
+  UNION ALL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
+served(queue) AS (
+    SELECT queue FROM found
+     WHERE queue IS NOT NULL
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
+levels(queue, priority) AS (
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
+picked AS (
+    SELECT p.priority, x.run_at, x.id, x.size
+      FROM (SELECT DISTINCT priority FROM levels
+             WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
+     CROSS JOIN LATERAL (
+           SELECT c.run_at, c.id, c.size
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
+            CROSS JOIN LATERAL (
+                  SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
+                   WHERE status = 'pending' AND limit_key IS NULL
+                     AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
+                     AND run_at <= now()
+                     AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
+                   ORDER BY run_at, id
+                   LIMIT 20
+                   FOR UPDATE SKIP LOCKED) AS c
+            WHERE l.priority = p.priority
+            ORDER BY c.run_at, c.id
+            LIMIT 20) AS x
+     LIMIT 20)
+SELECT id FROM picked))
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
+       (SELECT coalesce(array_agg(id), '{}') FROM failed),
+       (SELECT coalesce(array_agg(status), '{}') FROM failed),
+       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       0,
+       EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
+       NULL::double precision,
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
+
+-- ==== turn(queues=False kinds=True plain=True heads=True)
+WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+claimed AS (
+UPDATE "pgqueue_jobs" AS j
+   SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
+ WHERE j.id = ANY(ARRAY(
+WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM jsonb_to_recordset(%(heads)s::jsonb)
+        AS h(queue text, priority smallint, run_at timestamptz, id bigint)),
+found(queue) AS (
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
+  UNION ALL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
+served(queue) AS (
+    SELECT queue FROM found
+     WHERE queue IS NOT NULL
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
+levels(queue, priority) AS (
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
+picked AS (
+    SELECT p.priority, x.run_at, x.id, x.size
+      FROM (SELECT DISTINCT priority FROM levels
+             WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
+     CROSS JOIN LATERAL (
+           SELECT c.run_at, c.id, c.size
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+            CROSS JOIN LATERAL (
+                  SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
+                   WHERE status = 'pending' AND limit_key IS NULL
+                     AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
+                     AND run_at <= now() AND kind = k.kind
+                     AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
+                   ORDER BY run_at, id
+                   LIMIT 20
+                   FOR UPDATE SKIP LOCKED) AS c
+            WHERE l.priority = p.priority
+            ORDER BY c.run_at, c.id
+            LIMIT 20) AS x
+     LIMIT 20)
+SELECT id FROM picked))
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
+       (SELECT coalesce(array_agg(id), '{}') FROM failed),
+       (SELECT coalesce(array_agg(status), '{}') FROM failed),
+       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       0,
+       EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
+       NULL::double precision,
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
+
+-- ==== turn(queues=True kinds=False plain=True heads=True)
+WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+claimed AS (
+UPDATE "pgqueue_jobs" AS j
+   SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
+ WHERE j.id = ANY(ARRAY(
+WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM jsonb_to_recordset(%(heads)s::jsonb)
+        AS h(queue text, priority smallint, run_at timestamptz, id bigint)),
+found(queue) AS (SELECT unnest(%(queues)s::text[])),
+served(queue) AS (
+    SELECT queue FROM found
+     WHERE queue IS NOT NULL
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
+levels(queue, priority) AS (
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
+picked AS (
+    SELECT p.priority, x.run_at, x.id, x.size
+      FROM (SELECT DISTINCT priority FROM levels
+             WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
+     CROSS JOIN LATERAL (
+           SELECT c.run_at, c.id, c.size
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
+            CROSS JOIN LATERAL (
+                  SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
+                   WHERE status = 'pending' AND limit_key IS NULL
+                     AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
+                     AND run_at <= now()
+                     AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
+                   ORDER BY run_at, id
+                   LIMIT 20
+                   FOR UPDATE SKIP LOCKED) AS c
+            WHERE l.priority = p.priority
+            ORDER BY c.run_at, c.id
+            LIMIT 20) AS x
+     LIMIT 20)
+SELECT id FROM picked))
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
+       (SELECT coalesce(array_agg(id), '{}') FROM failed),
+       (SELECT coalesce(array_agg(status), '{}') FROM failed),
+       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       0,
+       EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
+       NULL::double precision,
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
+
+-- ==== turn(queues=True kinds=True plain=True heads=True)
+WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+claimed AS (
+UPDATE "pgqueue_jobs" AS j
+   SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
+ WHERE j.id = ANY(ARRAY(
+WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM jsonb_to_recordset(%(heads)s::jsonb)
+        AS h(queue text, priority smallint, run_at timestamptz, id bigint)),
+found(queue) AS (SELECT unnest(%(queues)s::text[])),
+served(queue) AS (
+    SELECT queue FROM found
+     WHERE queue IS NOT NULL
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
+levels(queue, priority) AS (
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "pgqueue_jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
+picked AS (
+    SELECT p.priority, x.run_at, x.id, x.size
+      FROM (SELECT DISTINCT priority FROM levels
+             WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
+     CROSS JOIN LATERAL (
+           SELECT c.run_at, c.id, c.size
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+            CROSS JOIN LATERAL (
+                  SELECT run_at, id, 0 AS size FROM "pgqueue_jobs"
+                   WHERE status = 'pending' AND limit_key IS NULL
+                     AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
+                     AND run_at <= now() AND kind = k.kind
+                     AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
+                   ORDER BY run_at, id
+                   LIMIT 20
+                   FOR UPDATE SKIP LOCKED) AS c
+            WHERE l.priority = p.priority
+            ORDER BY c.run_at, c.id
+            LIMIT 20) AS x
+     LIMIT 20)
+SELECT id FROM picked))
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
+       (SELECT coalesce(array_agg(id), '{}') FROM failed),
+       (SELECT coalesce(array_agg(status), '{}') FROM failed),
+       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       0,
+       EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
+       NULL::double precision,
+       0,
+       pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== migration 1, step 1
 CREATE TABLE IF NOT EXISTS "pgqueue_jobs" (
@@ -12471,6 +13106,9 @@ SELECT i.indrelid IS NOT DISTINCT FROM %s::regclass, i.indisvalid,
 
 -- ==== migration 11, step 2
 CREATE INDEX IF NOT EXISTS "pgqueue_jobs_dead" ON "pgqueue_jobs" (id) WHERE status = 'dead'
+
+-- ==== migration 12, step 1
+ALTER TABLE "pgqueue_jobs" SET (fillfactor = 40)
 
 -- ==== seed.claim
 UPDATE "pgqueue_jobs" SET status='running', locked_at=now(), locked_by=%s, attempts=attempts+1

@@ -209,6 +209,7 @@ COPY "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjj
 
 -- ==== cycle
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -470,8 +471,121 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_unlimited"'::regclass) - read.before
+  FROM relax, read
+
+-- ==== cycle_with_heads
+WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_unlimited"'::regclass) AS before),
+done AS (
+    DELETE FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+"done_kept" AS (INSERT INTO "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+claimed AS (
+UPDATE "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj" AS j
+   SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
+ WHERE j.id = ANY(ARRAY(
+WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM jsonb_to_recordset(%(heads)s::jsonb)
+        AS h(queue text, priority smallint, run_at timestamptz, id bigint)),
+found(queue) AS (
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
+  UNION ALL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
+served(queue) AS (
+    SELECT queue FROM found
+     WHERE queue IS NOT NULL
+       AND NOT EXISTS (SELECT FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_queues" AS q WHERE q.queue = found.queue AND q.paused)),
+levels(queue, priority) AS (
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
+picked AS (
+    SELECT p.priority, x.run_at, x.id, x.size
+      FROM (SELECT DISTINCT priority FROM levels
+             WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
+     CROSS JOIN LATERAL (
+           SELECT c.run_at, c.id, c.size
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
+            CROSS JOIN LATERAL (
+                  SELECT run_at, id, 0 AS size FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj"
+                   WHERE status = 'pending' AND limit_key IS NULL
+                     AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
+                     AND run_at <= now()
+                     AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
+                   ORDER BY run_at, id
+                   LIMIT 100
+                   FOR UPDATE SKIP LOCKED) AS c
+            WHERE l.priority = p.priority
+            ORDER BY c.run_at, c.id
+            LIMIT 100) AS x
+     LIMIT 100)
+SELECT id FROM picked))
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
+       (SELECT coalesce(array_agg(id), '{}') FROM failed),
+       (SELECT coalesce(array_agg(status), '{}') FROM failed),
+       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       0,
+       EXISTS (SELECT FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_limit_slots"),
+       NULL::double precision,
+       0,
+       pg_stat_get_xact_tuples_returned('"sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== enqueue
 WITH job AS (
@@ -1789,6 +1903,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 
 -- ==== turn(queues=True kinds=True budget=True limited=True failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -2048,11 +2163,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== turn(queues=True kinds=True budget=True limited=True failures=True plain=False limited_max=5)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_unlimited"'::regclass) AS before),
 bucket AS (
     SELECT m.limit_key, m.per_second,
            least(m.burst, m.tokens + m.per_second
@@ -2312,8 +2429,9 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
        (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
                 UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f)
-  FROM relax
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== migration 1, step 1
 CREATE TABLE IF NOT EXISTS "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj" (
@@ -2564,6 +2682,9 @@ SELECT i.indrelid IS NOT DISTINCT FROM %s::regclass, i.indisvalid,
 
 -- ==== migration 11, step 2
 CREATE INDEX IF NOT EXISTS "jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_dead" ON "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj" (id) WHERE status = 'dead'
+
+-- ==== migration 12, step 1
+ALTER TABLE "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj" SET (fillfactor = 40)
 
 -- ==== seed.claim
 UPDATE "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj" SET status='running', locked_at=now(), locked_by=%s, attempts=attempts+1

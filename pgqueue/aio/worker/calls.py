@@ -13,6 +13,7 @@ not be lost (a claim) from a stop, for the stop's grace period.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -23,6 +24,8 @@ import anyio
 import psycopg
 import psycopg_pool
 
+from ...core.heads import NO_HEADS, ClaimHeads
+from ...core.health import HealthStamps, Stamps
 from ...core.jobs import Job, JobStatus
 from ...core.ops import Cycle, Failure, Heartbeat
 from ...core.schedules import Schedule, Tick
@@ -83,7 +86,7 @@ class WorkerQueue(Protocol):
         self, succeeded: Sequence[int], failures: Sequence[Failure], *, worker: str, limit: int,
         kinds: Sequence[str] | None = None, queues: Sequence[str] | None = None,
         claim_bytes: int | None = None, results: Mapping[int, str] | None = None,
-        limited_max: int | None = None, plain: bool = False,
+        limited_max: int | None = None, plain: bool = False, heads: ClaimHeads = NO_HEADS,
     ) -> Cycle: ...  # fmt: skip
 
     async def settle(
@@ -104,6 +107,10 @@ class WorkerQueue(Protocol):
 
     async def connection_settings(self) -> tuple[str, dict[str, Any]]:
         """The conninfo and keyword arguments the queue's pool connects with."""
+        ...
+
+    async def schema_version(self) -> int | None:
+        """A cheap read: the health check of a worker whose calls have been quiet."""
         ...
 
     # The scheduler's (only for a worker with schedules).
@@ -133,6 +140,7 @@ class QueueCalls:
         self.cancel_requests = queue._cancel_requests
         self.reap_outcomes = queue._reap_outcomes
         self.connection_settings = queue.connection_settings
+        self.schema_version = queue.schema_version
         self.register_schedules = queue.register_schedules
         self.schedule_clock = queue.schedule_clock
         self.tick_schedule = queue.tick_schedule
@@ -152,10 +160,19 @@ class Calls:
     component's task) and read by `watch_stalls`.
     """
 
-    def __init__(self, worker: str, table: str, *, deadline: float = 60.0) -> None:
+    def __init__(
+        self,
+        worker: str,
+        table: str,
+        *,
+        deadline: float = 60.0,
+        health: HealthStamps | None = None,
+    ) -> None:
         self.worker = worker
         self.table = table
         self.deadline = deadline
+        # Its ``reached_at`` is written here, at each call that returns.
+        self.health = health if health is not None else Stamps()
         self._in_flight: set[_Call] = set()
 
     async def __call__(
@@ -163,7 +180,9 @@ class Calls:
     ) -> T:
         """``await fn(*args, **kw)``, watched; `TimeoutError` past the deadline."""
         with self._watched(what), anyio.fail_after(self.deadline):
-            return await fn(*args, **kw)
+            result = await fn(*args, **kw)
+        self.health.reached_at = time.monotonic()
+        return result
 
     @contextmanager
     def _watched(self, what: str) -> Iterator[None]:
@@ -192,12 +211,25 @@ class Calls:
             for call in list(self._in_flight):
                 if not call.stalled and now - call.since >= STALL_WARNING:
                     call.stalled = True
-                    log.warning(
-                        "worker %s: %s waiting on the database for %.0fs so far: a lock held "
-                        "on %s, no free connection in the pool, or a slow server "
-                        "(pg_stat_activity and pg_locks show which)",
-                        self.worker, call.what, now - call.since, self.table,
-                    )  # fmt: skip
+                    log.warning("worker %s: %s waiting on the database for %.0fs so far: %s",
+                                self.worker, call.what, now - call.since,
+                                self._why_stalled(call))  # fmt: skip
+
+    def _why_stalled(self, call: _Call) -> str:
+        """Whether the database answered other calls meanwhile: if so, this
+        one waits on a lock or a slow statement; if not, it is most likely
+        waiting for a connection the server refuses or never answers."""
+        waited = anyio.current_time() - call.since
+        if time.monotonic() - self.health.reached_at >= waited:
+            return (
+                "no database call of this worker has returned meanwhile, so most likely the "
+                "server cannot be reached or refuses connections (the psycopg.pool warnings "
+                "in this log give its reason), or every connection of the pool is taken"
+            )
+        return (
+            f"other calls returned meanwhile, so a lock held on {self.table} or a slow "
+            "statement (pg_stat_activity and pg_locks show which)"
+        )
 
 
 class Shields:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import anyio
 
 from ...core.context import JobContext
+from ...core.heads import NO_HEADS, ClaimHeads
 from ...core.jobs import Job, JobStatus
 from ...core.ledger import Ledger, Phase
 from ...core.ops import Failure
@@ -152,10 +153,11 @@ class Completer:
         queues: Sequence[str] | None,
         claim_bytes: int | None,
         limited_max: int | None = None,
-    ) -> tuple[list[Job], int, float | None]:
+        heads: ClaimHeads = NO_HEADS,
+    ) -> tuple[list[Job], int, float | None, int]:
         """Write every outcome waiting and claim up to ``limit`` jobs, in one
-        statement; return the jobs claimed, how many outcomes it carried, and
-        `Cycle.token_in`."""
+        statement, starting from ``heads``; return the jobs claimed, how many
+        outcomes it carried, `Cycle.token_in` and `Cycle.walked`."""
         batch = self._take()
         succeeded, failures, results = _split(batch)
         plain = not any(job.limit_key or job.result_ttl for job, o in batch if o.failure is None)
@@ -163,13 +165,14 @@ class Completer:
             turn = await self.calls("claim", self.queue.cycle, succeeded, failures,
                                     worker=self.worker, limit=limit, kinds=kinds,
                                     queues=queues, claim_bytes=claim_bytes, results=results,
-                                    limited_max=limited_max, plain=plain)  # fmt: skip
+                                    limited_max=limited_max, plain=plain,
+                                    heads=heads)  # fmt: skip
         except BaseException:
             self.ledger.unwrite(job.id for job, _ in batch)
             self.progress.notify()
             raise
         self._recorded(batch, turn.completed, turn.failed, turn.slots_left_free > 0)
-        return turn.claimed, len(batch), turn.token_in
+        return turn.claimed, len(batch), turn.token_in, turn.walked
 
     async def write(self) -> None:
         """Write every outcome waiting, in one statement."""

@@ -13,7 +13,8 @@ the next. Who owns what:
 | `LeaseKeeper` | the heartbeat, looks for cancels (the runners' only source); leases | always |
 | `Reaper` | returning other workers' expired jobs | not ``until_empty`` |
 | `Notifier` | the LISTEN connection and its thread; `listening` | not ``until_empty``; (*) |
-| `Calls` | the deadline and stall log of every database call | always |
+| `Calls` | the deadline and stall log of every database call; ``reached_at`` | always |
+| `HealthKeeper` | ``turned_at``; a read when the calls have been quiet | always |
 | `Reporter` | log lines and listener events | always |
 | `Scheduler` | the worker's schedules: their registration and ticks | with schedules |
 
@@ -32,6 +33,7 @@ from collections.abc import Sequence
 import anyio
 
 from ...core.events import EventListener
+from ...core.health import HealthStamps
 from ...core.ledger import Ledger
 from ...core.pooling import worker_listens
 from ...core.schedules import Schedule
@@ -47,6 +49,7 @@ from .calls import Calls, WorkerQueue
 from .completer import Completer
 from .fetcher import Fetcher
 from .flags import Broadcast, Wakeup
+from .health import HealthKeeper
 from .lease import LeaseKeeper
 from .notifier import Notifier
 from .reaper import Reaper
@@ -69,12 +72,14 @@ class Crew:
         handlers: Handlers,
         listeners: Sequence[EventListener],
         schedules: Sequence[Schedule] = (),
+        health: HealthStamps | None = None,
     ) -> None:
         name = settings.name
         self.settings = settings
         self.ledger: Ledger[Outcome] = Ledger()
         self.reporter = Reporter(name, queue.table, listeners)
-        self.calls = Calls(name, queue.table, deadline=settings.call_timeout)
+        self.calls = Calls(name, queue.table, deadline=settings.call_timeout, health=health)
+        self.health = HealthKeeper(self.calls, queue)
         progress, demand = Broadcast(), Wakeup()
         self.completer = Completer(
             queue, self.calls, self.ledger, self.reporter, progress, worker=name
@@ -132,6 +137,7 @@ class Crew:
     async def run(self, *, until_empty: bool) -> None:
         async with anyio.create_task_group() as background:
             background.start_soon(self.calls.watch_stalls)
+            background.start_soon(self.health.run)
             background.start_soon(self.completer.run)
             background.start_soon(self.lease.run)
             if not until_empty:

@@ -1,15 +1,15 @@
 """The fetcher: claims batches for the runners, and orphaned jobs to run alone.
 
-A claim is sent when the runners are down to their low-water mark, and
-carries every outcome waiting (`Completer.cycle`). When the runners ran dry
-waiting for the last claim, the next one goes out a batch earlier, so
-that two claims are in flight: the database works on one while the
-runners finish the other's jobs, until a claim comes back empty. The
-last empty claim sends the fetcher to sleep until a notification, an
-outcome or ``poll_interval``. A limited
-job's outcome is not left to wait: while a runner is about to be free, a
-claim carries it at once, and the claim after it (the first that can see
-the slot free) follows as soon as that one returns.
+A claim is sent when a runner is free, or, for handlers quicker than a
+claim, when what the worker holds is down by half a batch; it asks for
+what `Pace` says (one job per runner, and what the runners finish while
+claims make their round trip) and carries every outcome waiting
+(`Completer.cycle`). When the runners ran dry waiting for the last claim,
+the next one goes out earlier, so that two claims are in flight. A claim
+that comes back short (or empty) sends the fetcher to sleep until a
+notification, an outcome or ``poll_interval``. A limited job's outcome is
+not left to wait: while a runner is about to be free, a claim carries it
+at once (and claims the next job of its key on its slot).
 
 An orphaned job (`Job.orphaned`: its last worker vanished holding it) is
 kept out of batches and run alone: held until nothing else is claimed,
@@ -28,6 +28,7 @@ import anyio
 import psycopg
 import psycopg.errors
 
+from ...core.heads import Heads
 from ...core.jobs import Job
 from ...core.ledger import Ledger, Phase
 from ...core.worker import RETRY_BACKOFF, Outcome, Pace, WorkerSettings, describe_jobs
@@ -76,7 +77,6 @@ class Fetcher:
     # claim goes at once, so that a waiting job of the key takes the slot.
     _slot_freed: bool = field(default=False, init=False)
     _errors: int = field(default=0, init=False)  # database errors in a row
-    _limit: int = field(default=0, init=False)  # jobs per claim; halved when the server cancels one
     _next_orphan_look: float = field(default=0.0, init=False)
     # Set by a claim that found nothing with no other in flight: whether
     # nothing was held either (the queue is drained).
@@ -84,11 +84,13 @@ class Fetcher:
     # When a key with a rate, whose jobs the last claim left for want of a
     # token, has one again (`Cycle.token_in`): the idle wait ends then.
     _token_at: float = field(default=float("inf"), init=False)
+    _draining: bool = field(default=False, init=False)  # run(until_empty=True)
+    # Where each claim starts in each level (`pgqueue.core.heads`).
+    heads: Heads = field(default_factory=Heads, init=False)
     # Claims in flight are shielded from a stop, within its grace period.
     shields: Shields = field(default_factory=Shields, init=False)
 
     def __post_init__(self) -> None:
-        self._limit = self.settings.batch_size
         self.pace = Pace(self.settings.concurrency, self.settings.batch_size)
         # A worker (re)started after a crash looks at once: the orphans may be its own.
         self._next_orphan_look = anyio.current_time()
@@ -107,6 +109,7 @@ class Fetcher:
     async def run(self, until_empty: bool) -> None:
         """Claim until cancelled (`AsyncWorker.stop`) or, with ``until_empty``,
         until a claim made with nothing held finds nothing."""
+        self._draining = until_empty
         async with anyio.create_task_group() as claims:
             while True:
                 if self._found_nothing is not None:
@@ -132,28 +135,16 @@ class Fetcher:
                     await self.demand.wait()
 
     def _claim_size(self) -> int:
-        """How many jobs to claim now (0: no claim yet). Enough for a runner
-        of each free one, and the jobs the runners will finish before the
-        next claim lands (`Pace.ahead`; twice that when the runners ran dry
-        waiting last time), counting those claimed and on their way:
-        claimed once a runner is free, or, for handlers quicker than a claim,
-        once what is held is down by half a batch. A limited job's outcome
-        is written, and its slot's next job claimed, at once."""
+        """How many jobs to claim now (0: no claim yet): `Pace.size`, counting
+        the claims in flight; at once for a limited job's outcome."""
         if self._alone or self._in_flight >= MAX_CLAIMS_IN_FLIGHT:
             return 0
         if self._slot_freed and self.ledger.unstarted < self.settings.concurrency:
-            return self._limit
+            return self.pace.limit
         if self._in_flight and not self._starved:
             return 0  # a second claim only beside runners that ran dry
-        ahead = self.pace.ahead()
-        if self._starved:  # (handlers slower than a claim wait for a free runner)
-            ahead += min(ahead, self._limit)
         held = self.ledger.count(Phase.CLAIMED, Phase.RUNNING) + self._coming
-        wanted = self.settings.concurrency + ahead - held
-        if wanted < max(1, min(ahead, self._limit) // 2):
-            return 0
-        # Quick handlers: whole batches, as many as a claim may bring.
-        return self._limit if ahead >= self._limit else min(wanted, self._limit)
+        return self.pace.size(held, self._starved)
 
     async def _claim(self, size: int) -> None:
         """One claim of ``size`` jobs (``_in_flight`` and ``_coming`` counted by
@@ -161,14 +152,15 @@ class Fetcher:
         nothing."""
         quiet = not self.ledger.busy() and self._in_flight == 1
         jobs: list[Job] = []  # unless the claim returns before a stop gives up on it
-        carried = 0
+        carried = walked = 0
         token_in: float | None = None
+        heads = self.heads.send(now=anyio.current_time())
         try:
             # Shielded: a claim that committed is never dropped on the floor
             # (unless a stop finds it still waiting after the grace period).
             sent = anyio.current_time()
             with self.shields.shielded():
-                jobs, carried, token_in = await self.completer.cycle(
+                jobs, carried, token_in, walked = await self.completer.cycle(
                     size,
                     self.settings.kinds,
                     self.settings.queues,
@@ -176,10 +168,14 @@ class Fetcher:
                     # A limited job's slot is held from its claim: claim no
                     # more of them than the runners can start.
                     self.settings.concurrency,
+                    heads,
                 )
         except DATABASE_ERRORS as exc:
-            if isinstance(exc, psycopg.errors.QueryCanceled) and self._smaller_claims(size):
+            if isinstance(exc, psycopg.errors.QueryCanceled) and self.pace.cancelled(size):
                 self._errors = 0  # a smaller claim is a new try, not a repeat
+                log.warning("worker %s: a claim of %d jobs was cancelled by the server "
+                            "(statement_timeout?); claiming at most %d jobs at a time from now "
+                            "on", self.settings.name, size, self.pace.limit)  # fmt: skip
             # Still counted in flight while it backs off: no other claim meanwhile.
             await self._pause("claim", exc)
             self._landed(size)
@@ -187,6 +183,7 @@ class Fetcher:
         self.pace.claimed(anyio.current_time() - sent)
         self._landed(size, counted=True)
         self._errors = 0
+        self.heads.landed(heads, jobs, walked=walked, limit=size, now=anyio.current_time())
         self.reached.set()
         self._token_at = float("inf") if token_in is None else anyio.current_time() + token_in
         if jobs:
@@ -210,7 +207,11 @@ class Fetcher:
             # Nothing came: no second claim beside one still in flight (two
             # empty claims could otherwise keep each other going).
             self._starved = False
-            if self._in_flight == 0 and not self._slot_freed:
+            if heads.heads and self._draining:
+                # Jobs may wait behind the heads: a rescan says whether the
+                # queue is drained.
+                self.heads.rescan_next()
+            elif self._in_flight == 0 and not self._slot_freed:
                 # Outcomes recorded by that very statement (a failure due again
                 # at once, say) were invisible to its claim: no proof of an
                 # empty queue.
@@ -302,20 +303,6 @@ class Fetcher:
                     await self.progress.wait()
         finally:
             self._alone = False
-
-    def _smaller_claims(self, size: int) -> bool:
-        """A claim of ``size`` jobs cancelled by the server (a role's
-        ``statement_timeout``): the next ones ask for half as many at most,
-        down to one, for the rest of the run; False if it was of one job."""
-        if size == 1:
-            return False
-        if size // 2 >= self._limit:
-            return True  # sent before an earlier one was cancelled: halved already
-        self._limit = size // 2
-        log.warning("worker %s: a claim was cancelled by the server (statement_timeout?); "
-                    "claiming at most %d jobs at a time from now on", self.settings.name,
-                    self._limit)  # fmt: skip
-        return True
 
     async def _pause(self, what: str, exc: BaseException) -> None:
         self._errors += 1

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import anyio
 
 from ...core.events import EventListener, check_listener, listeners_from
+from ...core.health import HealthStamps, Stamps
 from ...core.jobs import DEFAULT_QUEUE
 from ...core.schedules import Schedule, validate_schedule
 from ...core.worker import Handlers, WorkerSettings
@@ -139,6 +140,8 @@ class AsyncWorker:
         self._control = RunControl(self.settings.name)  # the current run, for stop()
         # Written by schedule() before run(); read by each run's crew.
         self._schedules: dict[str, Schedule] = {}
+        # Stamped by each run, read by probes from any thread (`pgqueue.core.health`).
+        self.health: HealthStamps = Stamps()
 
     @property
     def name(self) -> str:
@@ -241,12 +244,15 @@ class AsyncWorker:
         """
         if handle_signals is None:
             handle_signals = self.handle_signals
+        # Not waiting, and no probe: a worker started during an outage
+        # rides it out on its pool's retries (docs/reliability.md).
+        await self.queue.open(wait=False)
         # What the run calls on the queue (`WorkerQueue`); a queue that is
         # one already (the fake of tests/unit/worker) is used as it is.
         queue = self.queue
         calls: WorkerQueue = QueueCalls(queue) if isinstance(queue, AsyncQueue) else queue
         crew = Crew(calls, self.settings, self.handlers, self._event_listeners,
-                    list(self._schedules.values()))  # fmt: skip
+                    list(self._schedules.values()), self.health)  # fmt: skip
         self._control.begin(crew)  # raises if a run is under way
         log.info(
             "worker %s starting: concurrency=%d batch_size=%d queues=%s kinds=%s",
@@ -262,6 +268,33 @@ class AsyncWorker:
                     tg.start_soon(self._control.on_signals, crew)
                 await crew.run(until_empty=until_empty)
                 tg.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            # The error of the component that failed, as the docs name it
+            # (docs/errors.md: psycopg.errors.UndefinedTable before install()),
+            # not the task groups the worker's components run in.
+            cause = sole_cause(group)
+            if cause is None:
+                raise
+            raise cause from None
         finally:
             self._control.end()
             log.info("worker %s stopped", self.name)
+
+
+def sole_cause(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
+    """The first error of ``group`` if all its errors (cancellations aside)
+    are of one type, as when several components hit the same missing table;
+    else None (the group says more than any one of them)."""
+    leaves: list[BaseException] = []
+
+    def collect(exc: BaseException) -> None:
+        if isinstance(exc, BaseExceptionGroup):
+            for inner in exc.exceptions:
+                collect(inner)
+        elif not isinstance(exc, anyio.get_cancelled_exc_class()):
+            leaves.append(exc)
+
+    collect(group)
+    if leaves and all(type(leaf) is type(leaves[0]) for leaf in leaves):
+        return leaves[0]
+    return None

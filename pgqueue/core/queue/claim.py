@@ -71,6 +71,76 @@ levels(queue, priority) AS (
              WHERE status = 'pending' AND limit_key IS NULL
                AND queue = l.queue AND priority < l.priority)
       FROM levels AS l WHERE l.priority IS NOT NULL)"""
+# A worker's claim may be given heads (`pgqueue.core.heads`, a JSON array: the
+# planner guesses as many rows of it whatever it holds, so that the
+# statement's generic plan costs what its custom plans do and is kept; from
+# arrays, unnest's row estimate followed the values, and every turn was
+# planned anew, 1.5 ms). For a level, the (run_at, id) of the last job it
+# claimed there. Entries of the level up to its head are taken as gone (under
+# a held snapshot they are dead entries, which every probe would otherwise
+# step over one by one): the pick starts after the head, and the walks below
+# never step into those entries; a level with a head is a level, whether or
+# not a live job is left in it. A claim without heads (`ClaimSpec.heads`)
+# leaves all of this out: its claim is the one above.
+HEADS_CTE: Final = """
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM jsonb_to_recordset(%(heads)s::jsonb)
+        AS h(queue text, priority smallint, run_at timestamptz, id bigint)),"""
+# The queues with pending jobs, each probe bounded by the next queue's first
+# head (before: that head's level and all above it).
+EVERY_QUEUE_AFTER_HEADS: Final = """
+found(queue) AS (
+    SELECT {first_queue}
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
+  UNION ALL
+    SELECT {next_queue}
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL)"""
+QUEUE_PROBE: Final = """CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM {table}
+             WHERE status = 'pending' AND limit_key IS NULL{after})
+         ELSE coalesce(
+           (SELECT min(queue) FROM {table}
+             WHERE status = 'pending' AND limit_key IS NULL{after}
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END"""
+# Each queue's levels, highest first, each probe bounded below by the head of
+# the next level down that has one.
+LEVELS_AFTER_HEADS: Final = """
+served(queue) AS (
+    SELECT queue FROM found
+     WHERE queue IS NOT NULL
+       AND NOT EXISTS (SELECT FROM {queues} AS q WHERE q.queue = found.queue AND q.paused)),
+levels(queue, priority) AS (
+    SELECT l.queue, {next_level}
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l{head_below}
+  UNION ALL
+    SELECT l.queue, {next_level}
+      FROM levels AS l{head_below}
+     WHERE l.priority IS NOT NULL)"""
+HEAD_BELOW: Final = """
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true"""
+NEXT_LEVEL: Final = """coalesce(
+           (SELECT max(priority) FROM {table}
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)"""
+# A level's head, for the pick (none: from the level's start).
+LEVEL_HEAD: Final = """
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority"""
+AFTER_HEAD: Final = """
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))"""
 # The batch: (priority, run_at, id, size) of each job taken, in claim order.
 PICK: Final = """
 picked AS (
@@ -79,11 +149,11 @@ picked AS (
              WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
      CROSS JOIN LATERAL (
            SELECT c.run_at, c.id, c.size
-             FROM levels AS l{per_kind}
+             FROM levels AS l{level_head}{per_kind}
             CROSS JOIN LATERAL (
                   SELECT run_at, id, {size} AS size FROM {table}
                    WHERE status = 'pending' AND limit_key IS NULL
-                     AND queue = l.queue AND priority = l.priority
+                     AND queue = l.queue AND priority = l.priority{after_head}
                      AND run_at <= now(){kind_filter}{orphans}
                    ORDER BY run_at, id
                    LIMIT {limit}
@@ -202,7 +272,7 @@ CLAIM: Final = """
 UPDATE {table} AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
  WHERE j.id = ANY({limited_ids}ARRAY(
-WITH RECURSIVE{found},{levels},{pick}
+WITH RECURSIVE{heads}{found},{levels},{pick}
 {take}{rest}))
 RETURNING {jcols}"""
 NO_ORPHANS: Final = sql.SQL("\n                     AND NOT coalesce({}, false)").format(ORPHANED)
@@ -250,6 +320,8 @@ class ClaimSpec:
     # The jobs the turn's successes handed their slots to (`done_handed`),
     # claimed too.
     handed: bool = False
+    # A ``heads`` parameter: each level starts after its head (`pgqueue.core.heads`).
+    heads: bool = False
 
 
 def served_by(t: Table, queues: bool, kinds: bool) -> sql.Composable:
@@ -278,6 +350,8 @@ def claim_update(t: Table, spec: ClaimSpec) -> sql.Composable:
         per_kind=sql.SQL(" CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)" if spec.kinds else ""),
         kind_filter=sql.SQL(" AND kind = k.kind" if spec.kinds else ""),
         orphans=NO_ORPHANS if spec.worker else sql.SQL(""),
+        level_head=sql.SQL(LEVEL_HEAD if spec.heads else ""),
+        after_head=sql.SQL(AFTER_HEAD if spec.heads else ""),
         size=sql.SQL(PAYLOAD_SIZE) if spec.budget else sql.SQL("0"),
     )
     if not spec.limited:
@@ -293,12 +367,30 @@ def claim_update(t: Table, spec: ClaimSpec) -> sql.Composable:
         rest = "\n LIMIT {} - (SELECT count(*) FROM limited)"
     return t.compose(
         CLAIM,
-        found=t.compose(GIVEN_QUEUES if spec.queues else EVERY_QUEUE),
-        levels=t.compose(LEVELS),
+        heads=sql.SQL(HEADS_CTE if spec.heads else ""),
+        found=_found(t, spec),
+        levels=t.compose(
+            LEVELS_AFTER_HEADS, next_level=t.compose(NEXT_LEVEL), head_below=sql.SQL(HEAD_BELOW)
+        )
+        if spec.heads
+        else t.compose(LEVELS),
         pick=picked,
         take=sql.SQL(WITHIN_BUDGET if spec.budget else "SELECT id FROM picked"),
         limited_ids=sql.SQL(limited_ids),
         rest=sql.SQL(rest).format(sql.Literal(spec.limit)),
+    )
+
+
+def _found(t: Table, spec: ClaimSpec) -> sql.Composable:
+    """The queues the claim walks: those given, or every one with pending jobs."""
+    if spec.queues:
+        return t.compose(GIVEN_QUEUES)
+    if not spec.heads:
+        return t.compose(EVERY_QUEUE)
+    return t.compose(
+        EVERY_QUEUE_AFTER_HEADS,
+        first_queue=t.compose(QUEUE_PROBE, after=sql.SQL("")),
+        next_queue=t.compose(QUEUE_PROBE, after=sql.SQL("\n               AND queue > f.queue")),
     )
 
 

@@ -58,6 +58,9 @@ class Table:
             "slots": n.limit_slots,
             "results_channel": sql.Literal(n.results_channel),
             "jobs_channel": sql.Literal(n.channel),
+            # The claim index, as a regclass literal: the turn reports how
+            # many of its entries the transaction read (`pgqueue.core.heads`).
+            "unlimited_index": sql.Literal(n.index_regclass("unlimited")),
             "gone": sql.SQL(", ").join(sql.Identifier(c) for c in gone),
             "leaving": sql.SQL(", ").join(sql.Identifier(c) for c in leaving),
             "leaving_j": sql.SQL(", ").join(sql.SQL(f"j.{c}") for c in leaving),

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from psycopg import sql
 
+from ..heads import NO_HEADS, ClaimHeads
 from ..jobs import Job, JobStatus, validate_claim_bytes, validate_limit
 from ..plans import Operation, Plan, Query
 from .claim import ClaimSpec, claim_params, claim_update, in_claim_order, limited_ctes, served_by
@@ -38,6 +39,8 @@ __all__ = ["Cycle", "TurnSpec", "Turns", "turn_statement"]
 
 CYCLE: Final = (
     "\nWITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),"
+    "\nread AS MATERIALIZED ("
+    "SELECT pg_stat_get_xact_tuples_returned({unlimited_index}::regclass) AS before),"
     "{limited}{done},{failures},"
     """
 claimed AS ({claim})
@@ -48,11 +51,16 @@ SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM done),
        {told},
        EXISTS (SELECT FROM {slots}),
        {wake},
-       {left_free}
-  FROM relax"""
+       {left_free},
+       pg_stat_get_xact_tuples_returned({unlimited_index}::regclass) - read.before
+  FROM relax, read"""
 )
-# Its last column but one: in how many seconds a key it left jobs of for want
-# of a token has one.
+# Its last columns: in how many seconds a key it left jobs of for want of a
+# token has one (`WAKE`); how many slots it left free; how many claim-index
+# entries it read (`pgqueue.core.heads`). The server counts the entries a
+# backend read since it last reported its statistics (about once a second,
+# whatever the function's name says): `read`, scanned before the columns
+# are, holds the count before the claim.
 WAKE: Final = "(SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1)"
 
 
@@ -71,6 +79,9 @@ class TurnSpec:
     limited_max: int | None = None  # at most `limit`
     failures: bool = True
     plain: bool = False
+    # Its claim starts each level after its head (a ``heads`` parameter:
+    # `pgqueue.core.heads`); without, it is the claim it was before heads.
+    heads: bool = False
 
     @property
     def sources(self) -> tuple[str, ...]:
@@ -94,6 +105,7 @@ class TurnSpec:
             limited=self.limited,
             limited_max=self.limited_max,
             handed=self.hands_on,
+            heads=self.heads,
         )
 
 
@@ -127,6 +139,9 @@ class Cycle:
     # How many limit slots its outcomes left free: slots handed straight to a
     # waiting job of their key (claimed by this very turn) are not counted.
     slots_left_free: int = 0
+    # How many claim-index entries the turn read, dead ones included
+    # (`pgqueue.core.heads`).
+    walked: int = 0
 
 
 class Turns:
@@ -154,6 +169,7 @@ class Turns:
         results: Mapping[int, str] | None = None,
         limited_max: int | None = None,
         plain: bool = False,
+        heads: ClaimHeads = NO_HEADS,
     ) -> Operation[Cycle]:
         """One turn of a worker: record its outcomes and claim its next batch,
         in one statement (`turn_statement`); the batch stops at the job
@@ -164,13 +180,14 @@ class Turns:
         the caller knows that no success holds a limit slot or keeps a
         result (a worker knows from its `Job`), and the statement leaves
         that bookkeeping out; should one do either, a second statement
-        records it in full."""
+        records it in full. ``heads``: where the claim starts in each level
+        (`pgqueue.core.heads`)."""
         claim = claim_params(limit, worker, kinds, queues)
         if validate_claim_bytes(claim_bytes) is not None:
             claim["claim_bytes"] = claim_bytes
         if limited_max is not None:
             claim["limited_max"] = min(validate_limit(limited_max), claim["limit"])
-        return self.take(succeeded, failures, worker, claim, results, plain)
+        return self.take(succeeded, failures, worker, claim, results, plain, heads)
 
     def take(
         self,
@@ -180,16 +197,25 @@ class Turns:
         claim: dict[str, Any],
         results: Mapping[int, str] | None = None,
         plain: bool = False,
+        heads: ClaimHeads = NO_HEADS,
     ) -> Operation[Cycle]:
         """A turn with validated claim parameters (`claim_params`)."""
-        claim = dict(claim)
+        # Without heads the turn is the statement it was before they existed.
+        with_heads = bool(heads.heads)
+        claim = {**claim, **heads.params()} if with_heads else dict(claim)
         limit = claim.pop("limit")
         limited_max = claim.pop("limited_max", limit)
         shape = ("queues" in claim, "kinds" in claim, "claim_bytes" in claim)
         limited = self.limits_in_use
         plain = plain and not results
         statement = self.sql.turn(
-            *shape, limit, limited, limited_max, failures=bool(failures), plain=plain
+            *shape,
+            limit,
+            limited,
+            limited_max,
+            failures=bool(failures),
+            plain=plain,
+            heads=with_heads,
         )
         params = {**claim, "worker": worker, "done": list(succeeded)}
         if failures:
@@ -198,9 +224,9 @@ class Turns:
             params |= result_arrays(results)
 
         def plan() -> Plan[Cycle]:
-            ((done, failed, statuses, claimed, _, slots, token_in, left_free),) = yield Query(
-                statement, params
-            )
+            (
+                (done, failed, statuses, claimed, _, slots, token_in, left_free, walked),
+            ) = yield Query(statement, params)
             if plain and len(done) < len(params["done"]):
                 # A success held a slot or kept a result after all (or its
                 # lease was lost, and this finds it gone again).
@@ -208,7 +234,7 @@ class Turns:
                 rest = [i for i in params["done"] if i not in seen]
                 full = self.sql.turn(*shape, 0, False, 0, failures=False)
                 rest_params = {**claim, "worker": worker, "done": rest, **result_arrays(None)}
-                ((recorded, _, _, _, _, _, _, freed),) = yield Query(full, rest_params)
+                ((recorded, _, _, _, _, _, _, freed, _),) = yield Query(full, rest_params)
                 done = done + recorded
                 left_free += freed
             self.limits_in_use = slots
@@ -217,14 +243,20 @@ class Turns:
                 # of the batch again, limited jobs included, at once.
                 more = limit - len(claimed)
                 again = self.sql.turn(
-                    *shape, more, True, min(limited_max, more), failures=False, plain=True
+                    *shape,
+                    more,
+                    True,
+                    min(limited_max, more),
+                    failures=False,
+                    plain=True,
+                    heads=with_heads,
                 )
                 nothing = {**claim, "worker": worker, "done": []}
-                ((_, _, _, more, _, _, token_in, _),) = yield Query(again, nothing)
+                ((_, _, _, more, _, _, token_in, _, _),) = yield Query(again, nothing)
                 claimed = claimed + more
             written = {i: JobStatus(s) for i, s in zip(failed, statuses, strict=True)}
             jobs = in_claim_order(map(Job.from_json, claimed))
-            return Cycle(done, written, jobs, token_in, left_free)
+            return Cycle(done, written, jobs, token_in, left_free, walked)
 
         return Operation(plan())
 

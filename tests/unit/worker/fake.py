@@ -22,6 +22,7 @@ import psycopg.errors
 
 from pgqueue import Job, JobStatus
 from pgqueue.aio.worker.calls import Channels
+from pgqueue.core.heads import NO_HEADS, ClaimHeads
 from pgqueue.core.jobs import LEASE_EXPIRED
 from pgqueue.core.ops import Cycle, Failure, Heartbeat, QueueCore
 from pgqueue.core.schedules import Schedule, Tick
@@ -115,6 +116,9 @@ class FakeQueue:
 
     # -- the calls ----------------------------------------------------------------
 
+    async def open(self, *, wait: bool = True) -> None:
+        """(`AsyncWorker.run`.) Nothing to open."""
+
     async def cycle(
         self,
         succeeded: Sequence[int],
@@ -128,6 +132,7 @@ class FakeQueue:
         results: Mapping[int, str] | None = None,
         limited_max: int | None = None,
         plain: bool = False,
+        heads: ClaimHeads = NO_HEADS,
     ) -> Cycle:
         await self._enter("cycle")
         if self.claim_limit is not None and limit > self.claim_limit:
@@ -188,6 +193,10 @@ class FakeQueue:
         if self.refuse_listen:
             raise psycopg.OperationalError("too many connections for role")
         raise AssertionError("the fake has no server to LISTEN on")
+
+    async def schema_version(self) -> int | None:
+        await self._enter("schema_version")
+        return 1
 
     async def register_schedules(self, schedules: Sequence[Schedule]) -> None:
         await self._enter("register_schedules")

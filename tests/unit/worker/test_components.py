@@ -299,7 +299,7 @@ async def test_claims_cancelled_by_the_server_ask_for_fewer_jobs(
     assert sorted(fake.succeeded) == ids
     # 64 -> 32 -> 16 -> 8: a cancelled claim halves the next ones (two in
     # flight may both be cancelled), then claims of 8 go through.
-    assert caplog.text.count("claim was cancelled by the server") >= 3
+    assert caplog.text.count("jobs was cancelled by the server") >= 3
     assert "claiming at most 8 jobs at a time" in caplog.text
     assert "claiming at most 4 jobs" not in caplog.text
 
@@ -385,3 +385,45 @@ def test_a_thread_hands_over_to_an_event_loop_without_waiting_even_once_it_ended
     token = anyio.run(hand_over_from_a_thread, backend=loop)
     call_soon(token, lambda: ran.append("after the end"))  # returns; never runs
     assert ran == ["run"]
+
+
+@pytest.mark.parametrize("others_return", [False, True], ids=["nothing-returns", "others-return"])
+async def test_a_stalled_call_is_explained_by_whether_the_database_answers_other_calls(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch, others_return: bool
+) -> None:
+    from pgqueue.aio.worker import calls as calls_module
+
+    monkeypatch.setattr(calls_module, "STALL_WARNING", 0.05)
+    fake = FakeQueue()
+    gate = fake.hold("heartbeat")
+    entered = fake.started("heartbeat")
+    calls = Calls("w1", fake.table)
+    logged = anyio.Event()
+
+    class Stalled(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "heartbeat waiting on the database" in record.getMessage():
+                logged.set()
+
+    async def heartbeat() -> None:
+        await calls("heartbeat", fake.heartbeat, [], worker="w1")
+
+    stalled = Stalled()
+    logging.getLogger("pgqueue.worker").addHandler(stalled)
+    with anyio.fail_after(PATIENCE):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(calls.watch_stalls)
+            tg.start_soon(heartbeat)
+            await entered.wait()
+            if others_return:  # as when the heartbeat waits on a lock
+                await calls("looking for cancels", fake.cancel_requests, [])
+            await logged.wait()
+            gate.set()
+            tg.cancel_scope.cancel()
+    logging.getLogger("pgqueue.worker").removeHandler(stalled)
+    if others_return:
+        assert f"other calls returned meanwhile, so a lock held on {fake.table}" in caplog.text
+        assert "refuses connections" not in caplog.text
+    else:
+        assert "the server cannot be reached or refuses connections" in caplog.text
+        assert "pg_locks" not in caplog.text

@@ -62,3 +62,29 @@ def test_ahead_is_within_zero_and_a_batch(
     for seconds in trips:
         pace.claimed(seconds)
     assert 0 <= pace.ahead() <= batch_size
+
+
+def test_slow_handlers_are_claimed_for_once_a_runner_is_free_one_each() -> None:
+    pace = Pace(concurrency=4, batch_size=100)
+    pace.ran(1.0)
+    assert [pace.size(held, starved=False) for held in (4, 3, 0)] == [0, 1, 4]
+    assert pace.size(0, starved=True) == 4  # ahead 0: nothing to double
+
+
+def test_quick_handlers_are_claimed_for_in_whole_batches_at_half_a_batch() -> None:
+    pace = Pace(concurrency=4, batch_size=100)
+    pace.ran(0.000_01)
+    assert pace.size(4 + 51, starved=False) == 0
+    assert pace.size(4 + 50, starved=False) == 100
+    assert pace.size(4 + 100 + 50, starved=True) == 100  # a second claim in flight
+
+
+def test_a_cancelled_claim_halves_the_claims_from_its_own_size() -> None:
+    pace = Pace(concurrency=4, batch_size=64)
+    assert pace.cancelled(64) and pace.limit == 32
+    assert pace.cancelled(64) and pace.limit == 32  # sent before: halved already
+    assert pace.cancelled(32) and pace.limit == 16
+    assert pace.cancelled(2) and pace.limit == 1
+    assert not pace.cancelled(1)
+    pace.ran(0.000_01)
+    assert pace.size(0, starved=False) == 1

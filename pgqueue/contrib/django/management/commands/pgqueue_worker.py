@@ -2,23 +2,19 @@
 
 from __future__ import annotations
 
-import argparse
-import functools
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from .....cli.argtypes import positive_int
+from .....aio.worker import AsyncWorker
 from .....cli.errors import UsageError
-from .....cli.processes import supervise
+from .....cli.flags import CommandFlags, add_arguments
+from .....cli.worker import run_worker_command
+from .....sync.worker import Worker
+from ... import close_queue
 from ...worker import build_worker, set_up_and_build_worker
 
-
-def _names(text: str) -> list[str]:
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    if not names:
-        raise argparse.ArgumentTypeError("give at least one name, comma-separated")
-    return names
+DJANGO_MIGRATE = "manage.py pgqueue_migrate"
 
 
 class Command(BaseCommand):
@@ -26,61 +22,46 @@ class Command(BaseCommand):
 
     help = (
         "Run a pgqueue worker: the handlers of PGQUEUE['HANDLERS'], of @handler in each "
-        "app's jobs module, and the tasks of every PgQueueBackend in TASKS."
+        "app's jobs module, and the tasks of every PgQueueBackend in TASKS. Takes every "
+        "flag of `pgqueue worker` but TARGET, --dsn and --trio."
     )
 
+    # Set when run by manage.py, which ends its process next, rather than by call_command.
+    from_command_line = False
+
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument(
-            "--queues", type=_names, help="serve only these queues (comma-separated)"
-        )
-        parser.add_argument("--kinds", type=_names, help="run only these kinds (comma-separated)")
-        parser.add_argument("--concurrency", type=int, help="handlers running at once")
-        parser.add_argument(
-            "--processes",
-            type=positive_int,
-            metavar="N",
-            help="run N worker processes under one supervisor (for CPU-bound handlers)",
-        )
-        parser.add_argument(
-            "--max-jobs-per-child",
-            type=positive_int,
-            metavar="M",
-            help="with --processes: replace a worker process after it finished M jobs",
-        )
-        parser.add_argument(
-            "--until-empty",
-            action="store_true",
-            help="stop once no job is ready or running (scripts, tests)",
-        )
+        add_arguments(parser)
+
+    def run_from_argv(self, argv: list[str]) -> None:
+        self.from_command_line = True
+        super().run_from_argv(argv)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        overrides = {
-            key: options[key]
-            for key in ("queues", "kinds", "concurrency")
-            if options.get(key) is not None
-        }
-        if options["processes"] is not None:
-            self._supervise(overrides, options)
-            return
-        if options["max_jobs_per_child"] is not None:
-            raise CommandError("--max-jobs-per-child needs --processes")
-        try:
-            worker = build_worker(**overrides)
-        except (TypeError, ValueError) as exc:
-            raise CommandError(str(exc)) from exc
-        kinds = ", ".join(worker.handlers.kinds()) or "none"
-        self.stdout.write(f"pgqueue worker {worker.name} on {worker.queue.table}: {kinds}")
-        worker.run(until_empty=options["until_empty"])
-        self.stdout.write(f"pgqueue worker {worker.name} stopped")
+        flags = CommandFlags.from_parsed(options)
+        # A worker process sets Django up first, from the settings module its environment names.
+        build = set_up_and_build_worker if flags.processes is not None else build_worker
 
-    def _supervise(self, overrides: dict[str, Any], options: dict[str, Any]) -> None:
-        build = functools.partial(set_up_and_build_worker, **overrides)
+        ran = "pgqueue worker processes"
+
+        def started(worker: Worker | AsyncWorker) -> None:
+            nonlocal ran
+            ran = f"pgqueue worker {worker.name}"
+            kinds = ", ".join(worker.handlers.kinds()) or "none"
+            self.stdout.write(f"{ran} on {worker.queue.table}: {kinds}")
+
         try:
-            status = supervise(build, processes=options["processes"],
-                               max_jobs_per_child=options["max_jobs_per_child"],
-                               until_empty=options["until_empty"])  # fmt: skip
-        except (TypeError, ValueError, UsageError) as exc:
-            raise CommandError(str(exc)) from exc
+            status = run_worker_command(
+                build,
+                flags,
+                what="the project's worker",
+                migrate=DJANGO_MIGRATE,
+                started=started,
+                exit_if_stuck=self.from_command_line,
+            )
+        except UsageError as exc:
+            raise CommandError(str(exc), returncode=2) from exc
+        finally:
+            close_queue()  # the worker closed it: the next get_queue() builds a new one
         if status != 0:
-            raise CommandError("a worker process could not set up its worker (see its log)")
-        self.stdout.write("pgqueue worker processes stopped")
+            raise SystemExit(status)  # the reason is logged already, in one line
+        self.stdout.write(f"{ran} stopped")

@@ -30,7 +30,7 @@ __all__ = [
 # step over one by one): the pick starts after the head, and the walks below
 # never step into those entries; a level with a head is a level, whether or
 # not a live job is left in it. A claim without heads (`ClaimSpec.heads`)
-# leaves all of this out: its claim is the one above.
+# leaves all of this out: its claim is the plain one (`pgqueue.core.queue.claim`).
 HEADS_CTE: Final = """
 heads(queue, priority, run_at, id) AS (
     SELECT * FROM jsonb_to_recordset(%(heads)s::jsonb)

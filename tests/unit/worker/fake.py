@@ -142,16 +142,15 @@ class FakeQueue:
         # the next ready job of its key that the worker may claim.
         free = self._free_slots()
         held = [self.jobs[i] for i in succeeded if self._held_by(i, worker)]
-        handing = Counter(j.limit_key for j in held if j.limit_key is not None and limit > 0)
+        freed = Counter(j.limit_key for j in held if j.limit_key is not None)
+        handing = freed if limit > 0 else Counter()  # a settle (limit 0) hands nothing on
         failing = [self.jobs[f.job_id] for f in failures if f.job_id in self.jobs]
         freed_by_failures = sum(1 for j in failing if j.limit_key is not None)
         done, written = self._settle(succeeded, failures, worker, results)
         claimed = self._claim(worker, limit, kinds, queues, orphans=False, free=free + handing)
         taken = Counter(j.limit_key for j in claimed if j.limit_key is not None)
         handed = sum(min(n, max(0, taken[key] - free[key])) for key, n in handing.items())
-        left_free = sum(handing.values()) - handed + freed_by_failures
-        if limit == 0:
-            left_free = sum(1 for j in held if j.limit_key is not None) + freed_by_failures
+        left_free = sum(freed.values()) - handed + freed_by_failures
         return Cycle(done, written, claimed, slots_left_free=left_free)
 
     async def settle(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -60,6 +61,53 @@ CONNECT_TIMEOUT_SECONDS = 10
 
 def add_operator_commands(commands: Any) -> None:
     """The subcommands that operate on a queue's table, each with --dsn, --table, --json."""
+    p = Parsers(commands, _common_options())
+    _add_schema_commands(p)
+    _add_enqueue_command(p)
+    _add_stats_command(p)
+    _add_jobs_commands(p)
+    _add_dead_commands(p)
+    _add_queues_commands(p)
+    _add_history_and_reap_commands(p)
+    add_cron_commands(p.nested("cron", "list, pause, resume and trigger schedules"), p.leaf)
+    add_control_commands(commands, p.leaf)
+
+
+@dataclass(frozen=True)
+class Parsers:
+    """Where the operator subcommands go: the top-level subparsers, and the
+    options every leaf command takes (`_common_options`)."""
+
+    commands: Any
+    common: argparse.ArgumentParser
+
+    def leaf(
+        self,
+        group: Any,
+        name: str,
+        run: Callable[[Queue, argparse.Namespace], int],
+        help: str,
+        description: str | None = None,
+        prepare: Callable[[argparse.Namespace], None] | None = None,
+    ) -> argparse.ArgumentParser:
+        """A command that runs ``run`` on the queue its options name."""
+        p: argparse.ArgumentParser = group.add_parser(
+            name, parents=[self.common], help=help, description=description or help
+        )
+        p.set_defaults(
+            run=lambda args: run_on_queue(run, args, prepare), subparser=p, history=False
+        )
+        return p
+
+    def nested(self, name: str, help: str) -> Any:
+        """A group of commands (``pgqueue jobs list``, ``pgqueue jobs show``)."""
+        p = self.commands.add_parser(name, help=help, description=help)
+        p.set_defaults(subparser=p)
+        return p.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+
+def _common_options() -> argparse.ArgumentParser:
+    """--dsn, --table, --json, --transaction-pooling: what every leaf takes."""
     common = argparse.ArgumentParser(add_help=False)
     options = common.add_argument_group("connection and output")
     options.add_argument("--dsn", help="the database to connect to (default: $PGQUEUE_DSN)")
@@ -77,56 +125,42 @@ def add_operator_commands(commands: Any) -> None:
         action="store_true",
         help="the DSN is PgBouncer in transaction mode: prepare no statement (docs/pgbouncer.md)",
     )
+    return common
 
-    def leaf(
-        group: Any,
-        name: str,
-        run: Callable[[Queue, argparse.Namespace], int],
-        help: str,
-        description: str | None = None,
-        prepare: Callable[[argparse.Namespace], None] | None = None,
-    ) -> argparse.ArgumentParser:
-        p: argparse.ArgumentParser = group.add_parser(
-            name, parents=[common], help=help, description=description or help
-        )
-        p.set_defaults(
-            run=lambda args: run_on_queue(run, args, prepare), subparser=p, history=False
-        )
-        return p
 
-    def kinds_option(p: argparse.ArgumentParser, what: str) -> None:
-        p.add_argument(
-            "--kind",
-            dest="kinds",
-            action="append",
-            type=kind_name,
-            metavar="KIND",
-            help=f"only {what} of this kind (repeat for several)",
-        )
+def kinds_option(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument(
+        "--kind",
+        dest="kinds",
+        action="append",
+        type=kind_name,
+        metavar="KIND",
+        help=f"only {what} of this kind (repeat for several)",
+    )
 
-    def queues_option(p: argparse.ArgumentParser, what: str) -> None:
-        p.add_argument(
-            "--queue",
-            dest="queues",
-            action="append",
-            type=queue_name,
-            metavar="QUEUE",
-            help=f"only {what} in this queue (repeat for several)",
-        )
 
-    def limit_option(p: argparse.ArgumentParser) -> None:
-        p.add_argument(
-            "--limit", type=positive_int, default=100, metavar="N", help="at most N (default 100)"
-        )
-        p.add_argument("--after", type=job_id, metavar="ID", help="start after this id (to page)")
+def queues_option(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument(
+        "--queue",
+        dest="queues",
+        action="append",
+        type=queue_name,
+        metavar="QUEUE",
+        help=f"only {what} in this queue (repeat for several)",
+    )
 
-    def nested(name: str, help: str) -> Any:
-        p = commands.add_parser(name, help=help, description=help)
-        p.set_defaults(subparser=p)
-        return p.add_subparsers(dest="action", metavar="ACTION", required=True)
 
-    migrate = leaf(
-        commands,
+def limit_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--limit", type=positive_int, default=100, metavar="N", help="at most N (default 100)"
+    )
+    p.add_argument("--after", type=job_id, metavar="ID", help="start after this id (to page)")
+
+
+def _add_schema_commands(p: Parsers) -> None:
+    """``migrate`` and ``grant``."""
+    migrate = p.leaf(
+        p.commands,
         "migrate",
         cmd_migrate,
         "create the queue's table or upgrade its schema; print the version",
@@ -141,8 +175,8 @@ def add_operator_commands(commands: Any) -> None:
         help="also drop what only older releases used: once every process runs this pgqueue",
     )
 
-    grant = leaf(
-        commands,
+    grant = p.leaf(
+        p.commands,
         "grant",
         cmd_grant,
         "grant a role what the application and its workers need on the queue",
@@ -158,7 +192,10 @@ def add_operator_commands(commands: Any) -> None:
         "--read-only", action="store_true", help="SELECT only: for monitoring or a dashboard"
     )
 
-    enqueue = leaf(commands, "enqueue", cmd_enqueue, "add one job", prepare=prepare_enqueue)
+
+def _add_enqueue_command(p: Parsers) -> None:
+    """``enqueue``, with every option of a job."""
+    enqueue = p.leaf(p.commands, "enqueue", cmd_enqueue, "add one job", prepare=prepare_enqueue)
     enqueue.add_argument("kind", metavar="KIND", help="which handler runs the job")
     enqueue.add_argument(
         "payload",
@@ -233,8 +270,11 @@ def add_operator_commands(commands: Any) -> None:
         "one at a time until set)",
     )
 
-    stats = leaf(
-        commands,
+
+def _add_stats_command(p: Parsers) -> None:
+    """``stats``."""
+    stats = p.leaf(
+        p.commands,
         "stats",
         cmd_stats,
         "counts by status, kind, queue and priority, the oldest wait, and running jobs past "
@@ -248,23 +288,29 @@ def add_operator_commands(commands: Any) -> None:
         help="the lease to judge running jobs by (default 5m, the workers' default)",
     )
 
-    jobs = nested("jobs", "list and show jobs")
-    jobs_list = leaf(jobs, "list", cmd_jobs_list, "list jobs in id order")
+
+def _add_jobs_commands(p: Parsers) -> None:
+    """``jobs list`` and ``jobs show``."""
+    jobs = p.nested("jobs", "list and show jobs")
+    jobs_list = p.leaf(jobs, "list", cmd_jobs_list, "list jobs in id order")
     jobs_list.add_argument(
         "--status", choices=[s.value for s in ROW_STATUSES], help="only jobs in this status"
     )
     kinds_option(jobs_list, "jobs")
     queues_option(jobs_list, "jobs")
     limit_option(jobs_list)
-    show = leaf(jobs, "show", cmd_jobs_show, "show one job, with its payload and last error")
+    show = p.leaf(jobs, "show", cmd_jobs_show, "show one job, with its payload and last error")
     show.add_argument("id", type=job_id, metavar="ID")
 
-    dead = nested("dead", "list, retry and purge dead jobs")
-    dead_list = leaf(dead, "list", cmd_dead_list, "list dead jobs in id order")
+
+def _add_dead_commands(p: Parsers) -> None:
+    """``dead list``, ``dead retry`` and ``dead purge``."""
+    dead = p.nested("dead", "list, retry and purge dead jobs")
+    dead_list = p.leaf(dead, "list", cmd_dead_list, "list dead jobs in id order")
     kinds_option(dead_list, "dead jobs")
     queues_option(dead_list, "dead jobs")
     limit_option(dead_list)
-    retry = leaf(
+    retry = p.leaf(
         dead,
         "retry",
         cmd_dead_retry,
@@ -277,7 +323,7 @@ def add_operator_commands(commands: Any) -> None:
     retry.add_argument("ids", type=job_id, nargs="*", metavar="ID")
     retry.add_argument("--all", action="store_true", help="every dead job (of --kind, if given)")
     kinds_option(retry, "with --all, dead jobs")
-    purge = leaf(
+    purge = p.leaf(
         dead,
         "purge",
         cmd_dead_purge,
@@ -300,15 +346,18 @@ def add_operator_commands(commands: Any) -> None:
         "made with history=True does",
     )
 
-    queues = nested("queues", "list, pause and resume the queues jobs wait in")
-    leaf(
+
+def _add_queues_commands(p: Parsers) -> None:
+    """``queues list``, ``queues pause`` and ``queues resume``."""
+    queues = p.nested("queues", "list, pause and resume the queues jobs wait in")
+    p.leaf(
         queues,
         "list",
         cmd_queues_list,
         "list queues: paused or not, and their jobs by status",
         "List every queue that has jobs or was ever paused, with its jobs by status.",
     )
-    pause = leaf(
+    pause = p.leaf(
         queues,
         "pause",
         cmd_queues_pause,
@@ -318,18 +367,21 @@ def add_operator_commands(commands: Any) -> None:
         "worker and across restarts; a queue with no jobs yet can be paused too. Prints the "
         "queue's jobs by status.",
     )
-    resume = leaf(
+    resume = p.leaf(
         queues,
         "resume",
         cmd_queues_resume,
         "resume a paused queue",
         "Resume a paused queue, and wake idle workers. Prints the queue's jobs by status.",
     )
-    for p in (pause, resume):
-        p.add_argument("name", type=queue_name, metavar="NAME", help="the queue's name")
+    for command in (pause, resume):
+        command.add_argument("name", type=queue_name, metavar="NAME", help="the queue's name")
 
-    history = nested("history", "the audit trail of finished jobs (<table>_history)")
-    prune = leaf(
+
+def _add_history_and_reap_commands(p: Parsers) -> None:
+    """``history prune`` and ``reap``."""
+    history = p.nested("history", "the audit trail of finished jobs (<table>_history)")
+    prune = p.leaf(
         history,
         "prune",
         cmd_history_prune,
@@ -343,8 +395,8 @@ def add_operator_commands(commands: Any) -> None:
         help="rows of jobs that left the queue longer ago than this",
     )
 
-    reap = leaf(
-        commands,
+    reap = p.leaf(
+        p.commands,
         "reap",
         cmd_reap,
         "return running jobs whose lease ran out to pending",
@@ -359,9 +411,6 @@ def add_operator_commands(commands: Any) -> None:
         metavar="DURATION",
         help="the lease (default 5m, the workers' default)",
     )
-
-    add_cron_commands(nested("cron", "list, pause, resume and trigger schedules"), leaf)
-    add_control_commands(commands, leaf)
 
 
 def run_on_queue(

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import logging
 import secrets
 import threading
@@ -11,36 +9,36 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from importlib import resources
 from typing import Any, Final
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import urlencode
 
 import psycopg
 import psycopg.errors
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
-from psycopg.conninfo import conninfo_to_dict
-from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg_pool import PoolTimeout
 
 from .. import __version__
 from ..aio.queue import AsyncQueue
 from ..core.dashboard import (
     CAP,
-    READ_ONLY_SETTINGS,
     SESSION_SETTINGS,
     BadFilter,
     DashboardCore,
     JobFilter,
     Throughput,
     parse_id,
-    parse_ids,
 )
 from ..core.events import ActionListener, ActionName, OperatorAction, check_listener
-from ..core.jobs import DEFAULT_VISIBILITY_TIMEOUT, ROW_STATUSES, DuplicateJob
+from ..core.jobs import DEFAULT_VISIBILITY_TIMEOUT, ROW_STATUSES
 from ..core.ops import Operation
-from ..core.schedules import UnknownSchedule
-from ..sync.driver import Driver, connection_kwargs
+from ..sync.driver import Driver
 from ..sync.queue import Queue
+from .actions import ACTIONS, MESSAGES
 from .chart import throughput_svg
+from .checks import CSRF_COOKIE, cross_site, csrf_token, flat, odd_input, to_int, with_headers
+from .filters import ago, clock, summary, when
 from .http import ASGIApp, Request, Response, WSGIApp, asgi_app, wsgi_app
+from .pool import dashboard_pool
 
 __all__ = ["ADMIN", "READ", "Authorize", "Dashboard"]
 
@@ -55,40 +53,12 @@ ROLES: Final = (ADMIN, READ)
 Authorize = Callable[[Request], str | None]
 """The hook every request goes through: `ADMIN`, `READ`, or None (refused)."""
 
-CSRF_COOKIE: Final = "pgqueue_csrf"
 # Seconds a request for a whole payload waits for the one being sent.
 RAW_WAIT: Final = 10.0
 STATIC: Final = {
     "htmx.min.js": "text/javascript; charset=utf-8",
     "pgqueue.js": "text/javascript; charset=utf-8",
     "pgqueue.css": "text/css; charset=utf-8",
-}
-# No inline script, no eval, no frame: what the pages need and nothing more.
-SECURITY_HEADERS: Final = [
-    (
-        "content-security-policy",
-        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
-    ),
-    ("x-content-type-options", "nosniff"),
-    ("referrer-policy", "same-origin"),
-    ("x-frame-options", "DENY"),
-    ("cache-control", "no-store"),
-]
-# What an action's redirect may say (by code: no text of the URL reaches the page).
-MESSAGES: Final = {
-    "retried": "{n} job(s) retried.",
-    "purged": "{n} job(s) purged.",
-    "cancelled": "{n} job(s) cancelled or asked to stop.",
-    "paused": "Queue paused.",
-    "resumed": "Queue resumed.",
-    "schedule-paused": "Schedule paused.",
-    "schedule-resumed": "Schedule resumed.",
-    "triggered": "Schedule triggered: job {n} enqueued.",
-    "overlap": "Not triggered: the schedule's previous job is still pending or running.",
-    "no-schedule": "No such schedule.",
-    "limit-set": "Limit set.",
-    "nothing": "Nothing selected.",
 }
 NAV: Final = (
     ("overview", "/", "Overview"),
@@ -175,7 +145,7 @@ class Dashboard:
         for fn in self._listeners:
             check_listener(fn)
         self._driver = Driver(
-            _dashboard_pool(conninfo, max_connections, read_only=self.read_only), owned=True
+            dashboard_pool(conninfo, max_connections, read_only=self.read_only), owned=True
         )
         # Written and read under `_lock` (requests run in several threads).
         self._throughput = Throughput()
@@ -188,7 +158,7 @@ class Dashboard:
             loader=PackageLoader("pgqueue.web", "templates"),
             autoescape=select_autoescape(default=True, default_for_string=True),
         )
-        self._env.filters.update(ago=_ago, clock=_clock, when=_when, summary=_summary)
+        self._env.filters.update(ago=ago, clock=clock, when=when, summary=summary)
         self._static = {
             name: resources.files("pgqueue.web").joinpath("static", name).read_bytes()
             for name in STATIC
@@ -214,9 +184,9 @@ class Dashboard:
         """Answer one request: authorize, check, route, render."""
         if request.method == "GET" and request.path.startswith("/static/"):
             return self._static_file(request.path[len("/static/") :])
-        odd = _odd_input(request)
+        odd = odd_input(request)
         if odd:
-            return _with_headers(Response.text(f"bad request: {odd}", 400))
+            return with_headers(Response.text(f"bad request: {odd}", 400))
         cookie = request.cookies.get(CSRF_COOKIE, "")
         new_cookie = None
         if len(cookie) != 43:
@@ -239,7 +209,7 @@ class Dashboard:
             response = self._page(
                 request, "error.html", cookie, status=503, problem=f"Database error: {exc}"
             )
-        _with_headers(response)
+        with_headers(response)
         if new_cookie is not None:
             secure = "; Secure" if request.scheme == "https" else ""
             response.headers.append(
@@ -269,7 +239,7 @@ class Dashboard:
                 return Response.text("not found", 404)
             if role != ADMIN:
                 return Response.text("read-only: this action needs the admin role", 403)
-            refusal = self._cross_site(request, cookie)
+            refusal = cross_site(request, cookie, self._secret, self.allowed_origins)
             if refusal:
                 log.warning("dashboard: refused %s %s: %s", request.method, path, refusal)
                 return Response.text(f"refused: {refusal}", 403)
@@ -290,28 +260,6 @@ class Dashboard:
         if view is None:
             return Response.text("not found", 404)
         return view(self, request, role, cookie)
-
-    def _cross_site(self, request: Request, cookie: str) -> str | None:
-        """Why a POST is refused: from another site, or without the page's token; None if fine."""
-        fetch_site = request.headers.get("sec-fetch-site")
-        if fetch_site is not None and fetch_site not in ("same-origin", "none"):
-            return f"cross-site request (Sec-Fetch-Site: {fetch_site})"
-        origin = request.headers.get("origin")
-        if origin is None or origin == "null":
-            referer = request.headers.get("referer")
-            if not referer:
-                return "no Origin or Referer header"
-            parts = urlsplit(referer)
-            origin = f"{parts.scheme}://{parts.netloc}"
-        origin = origin.rstrip("/")
-        if origin != request.origin and origin not in self.allowed_origins:
-            return f"origin {origin} is not this dashboard's"
-        if not hmac.compare_digest(request.field("csrf").encode(), self._token(cookie).encode()):
-            return "missing or wrong CSRF token (reload the page)"
-        return None
-
-    def _token(self, cookie: str) -> str:
-        return hmac.new(self._secret, cookie.encode(), hashlib.sha256).hexdigest()
 
     def _static_file(self, name: str) -> Response:
         if name not in STATIC:
@@ -335,11 +283,11 @@ class Dashboard:
             return root + path + ("?" + urlencode(args) if args else "")
 
         done = request.arg("done")
-        message = MESSAGES.get(done, "").format(n=_int(request.arg("n")))
+        message = MESSAGES.get(done, "").format(n=to_int(request.arg("n")))
         html = self._env.get_template(template).render(
             url=url,
             static=lambda name: f"{root}/static/{name}?v={__version__}",
-            csrf=self._token(cookie),
+            csrf=csrf_token(self._secret, cookie),
             here=root
             + request.path
             + (("?" + urlencode(request.query, doseq=True)) if request.query else ""),
@@ -376,7 +324,7 @@ class Dashboard:
         )
 
     def _jobs(self, request: Request, role: str, cookie: str) -> Response:
-        where = JobFilter.parse(_flat(request.query))
+        where = JobFilter.parse(flat(request.query))
         page = self._run(self.core.jobs(where, before=_before(request)))
         return self._page(
             request, "jobs.html", cookie, page="jobs", role=role, where=where, result=page,
@@ -384,7 +332,7 @@ class Dashboard:
         )  # fmt: skip
 
     def _dead(self, request: Request, role: str, cookie: str) -> Response:
-        query = _flat(request.query)
+        query = flat(request.query)
         query["status"] = "dead"
         where = JobFilter.parse(query)
         page = self._run(self.core.jobs(where, before=_before(request)))
@@ -461,113 +409,6 @@ class Dashboard:
             except Exception:
                 log.exception("dashboard: an action listener failed")
 
-    def _back(self, request: Request, done: str, n: int | None = None) -> Response:
-        """303 to the page the form came from (a path of this dashboard only)."""
-        parts = urlsplit(_local(request.field("next"), request.root) or request.root + "/")
-        query = [(k, v) for k, v in _pairs(parts.query) if k not in ("done", "n")]
-        query.append(("done", done))
-        if n is not None:
-            query.append(("n", str(n)))
-        return Response.redirect(f"{parts.path}?{urlencode(query)}")
-
-    def _ids(self, request: Request) -> list[int]:
-        return parse_ids(request.form.get("id", []))
-
-    def _retry(self, request: Request) -> Response:
-        ids = self._ids(request)
-        if not ids:
-            return self._back(request, "nothing")
-        done = self._run(self.core.retry(ids))
-        self._report(request, ActionName.RETRY, job_ids=tuple(done))
-        return self._back(request, "retried", len(done))
-
-    def _purge(self, request: Request) -> Response:
-        ids = self._ids(request)
-        if not ids:
-            return self._back(request, "nothing")
-        done = self._run(self.core.purge(ids))
-        self._report(request, ActionName.PURGE, job_ids=tuple(done))
-        return self._back(request, "purged", len(done))
-
-    def _cancel(self, request: Request) -> Response:
-        ids = self._ids(request)
-        if not ids:
-            return self._back(request, "nothing")
-        out = self._run(self.core.queue.cancel(ids))
-        done = sorted(out.deleted + out.requested)
-        self._report(request, ActionName.CANCEL, job_ids=tuple(done))
-        return self._back(request, "cancelled", len(done))
-
-    def _every_dead(self, request: Request, cookie: str) -> Response:
-        action = request.field("action")
-        if action not in ("retry", "purge"):
-            raise BadFilter("action must be retry or purge")
-        where = JobFilter.parse(
-            {k: request.field(k) for k in ("queue", "kind", "unique_key", "payload")}
-        )
-        if request.field("confirm") != "yes":
-            count = self._run(self.core.count_dead(where))
-            return self._page(
-                request, "confirm.html", cookie, page="dead", role=ADMIN, action=action,
-                where=where, matching=count, now=None,
-                back=_local(request.field("next"), request.root),
-            )  # fmt: skip
-        done = self._run(self.core.on_every_dead(where, action))
-        described = " ".join(f"{k}={v}" for k, v in where.as_query().items() if k != "status")
-        self._report(
-            request,
-            ActionName.RETRY if action == "retry" else ActionName.PURGE,
-            job_ids=tuple(done),
-            detail=f"every dead job matching: {described or 'all'}",
-        )
-        return self._back(request, "retried" if action == "retry" else "purged", len(done))
-
-    def _queue_paused(self, request: Request, paused: bool) -> Response:
-        name = request.field("queue")
-        try:
-            self._run(self.core.queue.set_paused(name, paused))
-        except (TypeError, ValueError) as exc:
-            raise BadFilter(str(exc)) from None
-        self._report(
-            request, ActionName.PAUSE_QUEUE if paused else ActionName.RESUME_QUEUE, target=name
-        )
-        return self._back(request, "paused" if paused else "resumed")
-
-    def _schedule_paused(self, request: Request, paused: bool) -> Response:
-        name = request.field("schedule")
-        try:
-            self._run(self.core.queue.set_schedule_paused(name, paused))
-        except UnknownSchedule:
-            return self._back(request, "no-schedule")
-        except (TypeError, ValueError) as exc:
-            raise BadFilter(str(exc)) from None
-        name_ = ActionName.PAUSE_SCHEDULE if paused else ActionName.RESUME_SCHEDULE
-        self._report(request, name_, target=name)
-        return self._back(request, "schedule-paused" if paused else "schedule-resumed")
-
-    def _trigger(self, request: Request) -> Response:
-        name = request.field("schedule")
-        try:
-            job_id = self._run(self.core.queue.trigger_schedule(name))
-        except UnknownSchedule:
-            return self._back(request, "no-schedule")
-        except DuplicateJob:
-            return self._back(request, "overlap")
-        except (TypeError, ValueError) as exc:
-            raise BadFilter(str(exc)) from None
-        self._report(request, ActionName.TRIGGER_SCHEDULE, target=name, job_ids=(job_id,))
-        return self._back(request, "triggered", job_id)
-
-    def _set_limit(self, request: Request) -> Response:
-        key = request.field("key")
-        try:
-            n = int(request.field("max_running"))
-            self._run(self.core.queue.set_limit(key, n))
-        except (TypeError, ValueError) as exc:
-            raise BadFilter(str(exc)) from None
-        self._report(request, ActionName.SET_LIMIT, target=key, detail=f"max_running={n}")
-        return self._back(request, "limit-set")
-
 
 Page = Callable[[Dashboard, Request, str, str], Response]
 PAGES: Final[dict[str, Page]] = {
@@ -579,126 +420,8 @@ PAGES: Final[dict[str, Page]] = {
     "/schedules": Dashboard._schedules,
     "/limits": Dashboard._limits,
 }
-Action = Callable[[Dashboard, Request], Response]
-ACTIONS: Final[dict[str, Action]] = {
-    "/actions/retry": Dashboard._retry,
-    "/actions/purge": Dashboard._purge,
-    "/actions/cancel": Dashboard._cancel,
-    "/actions/every-dead": lambda d, r: d._every_dead(r, r.cookies.get(CSRF_COOKIE, "")),
-    "/actions/pause-queue": lambda d, r: d._queue_paused(r, True),
-    "/actions/resume-queue": lambda d, r: d._queue_paused(r, False),
-    "/actions/pause-schedule": lambda d, r: d._schedule_paused(r, True),
-    "/actions/resume-schedule": lambda d, r: d._schedule_paused(r, False),
-    "/actions/trigger-schedule": Dashboard._trigger,
-    "/actions/set-limit": Dashboard._set_limit,
-}
-
-
-def _dashboard_pool(conninfo: str, max_size: int, *, read_only: bool) -> ConnectionPool:
-    """A pool of autocommit connections with the dashboard's session settings."""
-    given = conninfo_to_dict(conninfo)
-    chosen = {**SESSION_SETTINGS, **(READ_ONLY_SETTINGS if read_only else {})}
-    settings = " ".join(f"-c {k}={v}" for k, v in chosen.items() if k != "application_name")
-    options = f"{given.get('options', '')} {settings}".strip()
-    kwargs = {
-        **connection_kwargs(conninfo),
-        "options": options,
-        "application_name": SESSION_SETTINGS["application_name"],
-        # Plans are made for each statement's values: a partial index's
-        # predicate can then be proven, and no generic plan is cached.
-        "prepare_threshold": None,
-    }
-    return ConnectionPool(
-        conninfo, min_size=1, max_size=max_size, kwargs=kwargs, open=False,
-        name="pgqueue-dashboard",
-    )  # fmt: skip
-
-
-def _with_headers(response: Response) -> Response:
-    response.headers += SECURITY_HEADERS
-    return response
-
-
-def _control(text: str) -> bool:
-    return any(c < " " or c == "\x7f" for c in text)
-
-
-def _odd_input(request: Request) -> str | None:
-    """Why a request is refused before anything reads it (a control
-    character, CR/LF among them, in its path, query or form); None if fine."""
-    if _control(request.path):
-        return "a control character in the path"
-    for where, fields in (("query", request.query), ("form", request.form)):
-        for name, values in fields.items():
-            if _control(name) or any(_control(v) for v in values):
-                return f"a control character in the {where}"
-    return None
-
-
-def _local(target: str, root: str) -> str | None:
-    """``target`` if it is a path of this dashboard (no scheme, no other host,
-    ASCII only, no control character); else None."""
-    if not target.isascii() or _control(target) or "\\" in target:
-        return None
-    if not target.startswith(root + "/") or target.startswith("//"):
-        return None
-    parts = urlsplit(target)
-    if parts.scheme or parts.netloc:
-        return None
-    return target
-
-
-def _flat(query: dict[str, list[str]]) -> dict[str, str]:
-    return {k: v[0] for k, v in query.items() if v}
-
-
-def _pairs(query: str) -> list[tuple[str, str]]:
-    return parse_qsl(query, keep_blank_values=True)
-
-
-def _int(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        return 0
 
 
 def _before(request: Request) -> int | None:
     before = request.arg("before")
     return parse_id(before, "before") if before else None
-
-
-def _ago(value: timedelta | datetime | None, now: datetime | None = None) -> str:
-    """``3m 20s`` (a timedelta, or the time since a datetime)."""
-    if value is None:
-        return "—"
-    if isinstance(value, datetime):
-        if now is None:
-            return _when(value)
-        value = now - value
-    seconds = int(value.total_seconds())
-    sign = "-" if seconds < 0 else ""
-    seconds = abs(seconds)
-    if seconds < 60:
-        return f"{sign}{seconds}s"
-    if seconds < 3600:
-        return f"{sign}{seconds // 60}m {seconds % 60}s"
-    if seconds < 86400:
-        return f"{sign}{seconds // 3600}h {seconds % 3600 // 60}m"
-    return f"{sign}{seconds // 86400}d {seconds % 86400 // 3600}h"
-
-
-def _when(value: datetime | None) -> str:
-    return "—" if value is None else value.strftime("%Y-%m-%d %H:%M:%S %Z")
-
-
-def _clock(value: datetime | None) -> str:
-    return "" if value is None else value.strftime("%H:%M:%S")
-
-
-def _summary(error: str | None) -> str:
-    """An error in one line: a traceback's last line (the exception), else its first."""
-    lines = [line.strip() for line in (error or "").splitlines() if line.strip()]
-    if not lines:
-        return ""
-    return lines[-1] if lines[0].startswith("Traceback") else lines[0]

@@ -13,8 +13,11 @@ Two pieces, used together or apart:
 
 `PrometheusMetrics` is an event listener (see `pgqueue.JobEvent`) that counts
 every event and observes handler run times. `QueueStatsCollector` reads
-`Queue.stats` whenever Prometheus scrapes, so its gauges are exact at that
-moment whichever process did the work.
+`Queue.stats` whenever Prometheus scrapes, whichever process did the work:
+its gauges are exact on a table of fewer than 50,000 rows, and past that
+each status is counted through its index up to a cap and estimated beyond
+(``<namespace>_queue_jobs_estimated`` says which), so that a scrape never
+reads the whole table.
 
 Install with ``pip install 'pgqueue-jobs[prometheus]'``. Importing `pgqueue`
 never imports ``prometheus_client``; only this module does.
@@ -138,6 +141,9 @@ class QueueStatsCollector(Collector):
       oldest ready job has waited (0 when none is ready);
     * ``<namespace>_queue_expired_jobs{table}``: running jobs whose lease is
       older than ``visibility_timeout``, which a reaper will take back;
+    * ``<namespace>_queue_jobs_estimated{table, status}``: 1 if that status's
+      count is an estimate (a large table: see `pgqueue.Stats.estimated`;
+      its counts by kind, queue and priority are then lower bounds), else 0;
     * ``<namespace>_queue_up{table}``: 1 if the stats could be read, else 0
       (the error is logged at WARNING on ``pgqueue.prometheus``).
 
@@ -148,7 +154,8 @@ class QueueStatsCollector(Collector):
 
     Give every queue to watch to one collector: two collectors with the same
     ``namespace`` in one registry would export the same names. Each scrape
-    runs one ``GROUP BY`` query over each table on the queue's pool. Only a
+    runs a few short statements on each table on the queue's pool (see
+    `pgqueue.core.queue.counts`): none of them reads the whole table. Only a
     sync `pgqueue.Queue` will do (scrapes are synchronous); an async
     application can open one on the same DSN for this.
     """
@@ -213,6 +220,11 @@ class QueueStatsCollector(Collector):
                 "Running jobs whose lease has expired: a reaper will return them to pending.",
                 labels=["table"],
             ),
+            "estimated": GaugeMetricFamily(
+                f"{ns}_queue_jobs_estimated",
+                "1 if the count of jobs of this status is an estimate (a large table), else 0.",
+                labels=["table", "status"],
+            ),
             "up": GaugeMetricFamily(
                 f"{ns}_queue_up",
                 "1 if the queue's stats could be read at this scrape, else 0.",
@@ -238,6 +250,8 @@ class QueueStatsCollector(Collector):
             families["up"].add_metric([table], 1.0)
             for status in ROW_STATUSES:
                 families["jobs"].add_metric([table, status.value], stats.by_status[status])
+                estimated = 1.0 if status in stats.estimated else 0.0
+                families["estimated"].add_metric([table, status.value], estimated)
             breakdowns: tuple[tuple[str, Mapping[Any, Mapping[JobStatus, int]]], ...] = (
                 ("kind_jobs", stats.by_kind),
                 ("queue_jobs", stats.by_queue),

@@ -293,6 +293,7 @@ def test_stats_prints_counts_oldest_wait_and_jobs_past_their_lease(
         "by_priority": {"0": {"pending": 2, "running": 1, "dead": 1}},
         "expired": 0,  # locked 10 minutes ago: within a 15 minute lease
         "visibility_timeout_seconds": 900.0,
+        "estimated": [],
     }
 
 

@@ -37,9 +37,24 @@ def test_queues_list_shows_every_queue_paused_or_not_with_its_jobs(
         "reports  yes           0        0     0",
     ]
     assert run("queues", "list", "--json").json() == [
-        {"name": "default", "paused": False, "by_status": {"pending": 2, "running": 0, "dead": 1}},
-        {"name": "mail", "paused": False, "by_status": {"pending": 2, "running": 1, "dead": 0}},
-        {"name": "reports", "paused": True, "by_status": {"pending": 0, "running": 0, "dead": 0}},
+        {
+            "name": "default",
+            "paused": False,
+            "by_status": {"pending": 2, "running": 0, "dead": 1},
+            "estimated": [],
+        },
+        {
+            "name": "mail",
+            "paused": False,
+            "by_status": {"pending": 2, "running": 1, "dead": 0},
+            "estimated": [],
+        },
+        {
+            "name": "reports",
+            "paused": True,
+            "by_status": {"pending": 0, "running": 0, "dead": 0},
+            "estimated": [],
+        },
     ]
 
 
@@ -67,6 +82,7 @@ def test_queues_pause_holds_the_queues_jobs_and_resume_lets_them_be_claimed(
         "name": "mail",
         "paused": True,
         "by_status": {"pending": 1, "running": 0, "dead": 0},
+        "estimated": [],
     }
     assert queue.claim(10, worker="w") == []
 

@@ -348,7 +348,12 @@ class AsyncQueue:
     async def stats(self, visibility_timeout: timedelta | None = None) -> Stats:
         """Counts by status and by kind, the age of the oldest ready job, and how
         many running jobs hold a lease older than ``visibility_timeout`` (default:
-        5 minutes, the workers' default) -- jobs the reaper will take back."""
+        5 minutes, the workers' default) -- jobs the reaper will take back.
+
+        Never a scan of the whole table: past 50,000 rows, counts go through
+        the partial indexes up to a cap and are estimated beyond it, and
+        `Stats.estimated` names those that are not exact
+        (docs/operations.md, "Counting")."""
         return await self._driver.run(self.core.stats(visibility_timeout))
 
     async def cancel(self, *job_ids: Job | int, conn: CallerConnection | None = None) -> Cancelled:
@@ -414,7 +419,10 @@ class AsyncQueue:
         await self._driver.run(self.core.set_paused(name, False))
 
     async def queues(self) -> list[QueueState]:
-        """Every queue with jobs or that was ever paused: its jobs by status, paused or not."""
+        """Every queue with jobs or that was ever paused: its jobs by status, paused or not.
+
+        Counted as `stats` counts (`QueueState.estimated`: the statuses whose
+        count stopped at the cap, on a large table)."""
         return await self._driver.run(self.core.queues())
 
     async def schedules(self) -> list[ScheduleState]:

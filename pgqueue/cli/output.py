@@ -128,17 +128,26 @@ def stats_json(table: str, stats: Stats, lease: timedelta) -> dict[str, Any]:
         "oldest_pending_age_seconds": None if age is None else age.total_seconds(),
         "expired": stats.expired,
         "visibility_timeout_seconds": lease.total_seconds(),
+        # The counts that are estimates (by_status) or lower bounds (by_kind,
+        # by_queue, by_priority; expired): empty when every count is exact.
+        "estimated": sorted(stats.estimated),
     }
 
 
 def stats_text(table: str, stats: Stats, lease: timedelta) -> str:
     """`Stats` as aligned tables for people."""
     statuses = list(ROW_STATUSES)
-    by_status: list[list[object]] = [[s.value, stats.by_status.get(s, 0)] for s in statuses]
+    by_status: list[list[object]] = [
+        [s.value, _about(stats.by_status.get(s, 0), s in stats.estimated)] for s in statuses
+    ]
     parts = [
         f"queue {table}",
         "",
-        table_text(["STATUS", "JOBS"], [*by_status, ["total", stats.total]], right=[1]),
+        table_text(
+            ["STATUS", "JOBS"],
+            [*by_status, ["total", _about(stats.total, not stats.exact)]],
+            right=[1],
+        ),
     ]
     breakdowns: tuple[tuple[str, Mapping[Any, Mapping[JobStatus, int]]], ...] = (
         ("KIND", stats.by_kind),
@@ -157,9 +166,20 @@ def stats_text(table: str, stats: Stats, lease: timedelta) -> str:
     parts += [
         "",
         f"oldest ready job waiting: {'-' if age is None else format_duration(age)}",
-        f"running past their lease ({format_duration(lease)}): {stats.expired}",
+        f"running past their lease ({format_duration(lease)}):"
+        f" {stats.expired}{'+' if 'expired' in stats.estimated else ''}",
     ]
+    if not stats.exact:
+        parts += [
+            "",
+            "a large table: counts marked ≈ are the planner's estimates, and the"
+            " tables by kind, queue and priority hold lower bounds (counted up to a cap)",
+        ]
     return "\n".join(parts)
+
+
+def _about(n: int, estimated: bool) -> str | int:
+    return f"≈ {n}" if estimated else n
 
 
 def queues_json(states: Sequence[QueueState]) -> list[dict[str, Any]]:
@@ -173,6 +193,8 @@ def queue_json(state: QueueState) -> dict[str, Any]:
         "name": state.name,
         "paused": state.paused,
         "by_status": {s.value: state.counts.get(s, 0) for s in ROW_STATUSES},
+        # The statuses whose count is not exact (a large table): at least that many.
+        "estimated": sorted(state.estimated),
     }
 
 
@@ -182,7 +204,11 @@ def queues_text(states: Sequence[QueueState]) -> str:
         return "no queues (no jobs, and no queue ever paused)"
     statuses = list(ROW_STATUSES)
     rows: list[list[object]] = [
-        [q.name, "yes" if q.paused else "no", *(q.counts.get(s, 0) for s in statuses)]
+        [
+            q.name,
+            "yes" if q.paused else "no",
+            *(f"{q.counts.get(s, 0)}{'+' if s in q.estimated else ''}" for s in statuses),
+        ]
         for q in states
     ]
     headers = ["QUEUE", "PAUSED", *(s.value.upper() for s in statuses)]

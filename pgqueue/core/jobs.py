@@ -259,6 +259,21 @@ class Stats:
     by_queue: dict[str, dict[JobStatus, int]] = field(default_factory=dict)
     by_priority: dict[int, dict[JobStatus, int]] = field(default_factory=dict)
     """Counts by priority, highest first."""
+    estimated: frozenset[str] = frozenset()
+    """The counts that are not exact, by name: a status (``"pending"``) or
+    ``"expired"``. Empty on a table of fewer than 50,000 rows, where every
+    count is exact. On a larger one each status is counted through its index
+    up to a cap (10,000): a status past it has an estimate in `by_status`
+    (from the planner's statistics), and lower bounds in `by_kind`,
+    `by_queue` and `by_priority` (the pending jobs without a limit key are
+    counted by queue and priority, not by kind); `expired` then means "at
+    least". See docs/operations.md, "Counting"."""
+
+    @property
+    def exact(self) -> bool:
+        """Every count is exact (`estimated` is empty)."""
+        return not self.estimated
+
 
     @property
     def total(self) -> int:

@@ -609,6 +609,12 @@ SELECT id, attempts, max_attempts, locked_by FROM "sssssssssssssssssssssssssssss
  ORDER BY id
  FOR UPDATE SKIP LOCKED
 
+-- ==== expired_leases
+SELECT count(*) FROM (
+    SELECT 1 FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj"
+     WHERE status = 'running' AND locked_at IS NOT NULL AND locked_at < now() - %s::interval
+     ORDER BY locked_at LIMIT %s) AS s
+
 -- ==== explain_claim
 EXPLAIN WITH
 bucket AS (
@@ -782,6 +788,22 @@ LISTEN "ssssssssssssssssssssssssssssssssssssssssssssssssssssss_5e2bbfe2"
 -- ==== notify_kinds
 SELECT pg_notify(%s, k)::text FROM unnest(%s::text[]) AS k
 
+-- ==== oldest_ready
+WITH RECURSIVE g AS (
+    (SELECT queue, priority FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj" WHERE status = 'pending' AND limit_key IS NULL ORDER BY queue, priority LIMIT 1)
+    UNION ALL
+    SELECT n.queue, n.priority FROM g CROSS JOIN LATERAL (
+        SELECT t.queue, t.priority FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj" AS t
+         WHERE t.status = 'pending' AND limit_key IS NULL AND (t.queue, t.priority) > (g.queue, g.priority)
+         ORDER BY t.queue, t.priority LIMIT 1) AS n
+)
+SELECT now() - min(f.run_at) FROM (SELECT queue, priority FROM g LIMIT %s) AS g
+ CROSS JOIN LATERAL (
+    SELECT t.run_at FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj" AS t
+     WHERE t.status = 'pending' AND limit_key IS NULL AND t.queue = g.queue AND t.priority = g.priority
+     ORDER BY t.run_at LIMIT 1) AS f
+ WHERE f.run_at <= now()
+
 -- ==== orphan_claims[(False, False)]
 UPDATE "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -834,6 +856,25 @@ UPDATE "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjj
         FOR UPDATE SKIP LOCKED)
 RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
 
+-- ==== pause_records
+SELECT queue, paused FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_queues" ORDER BY queue LIMIT %s
+
+-- ==== pending_pairs
+WITH RECURSIVE g AS (
+    (SELECT queue, priority FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj" WHERE status = 'pending' AND limit_key IS NULL ORDER BY queue, priority LIMIT 1)
+    UNION ALL
+    SELECT n.queue, n.priority FROM g CROSS JOIN LATERAL (
+        SELECT t.queue, t.priority FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj" AS t
+         WHERE t.status = 'pending' AND limit_key IS NULL AND (t.queue, t.priority) > (g.queue, g.priority)
+         ORDER BY t.queue, t.priority LIMIT 1) AS n
+)
+SELECT g.queue, g.priority, c.n FROM (SELECT queue, priority FROM g LIMIT %(pairs)s) AS g
+ CROSS JOIN LATERAL (
+    SELECT count(*) AS n FROM (
+        SELECT 1 FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj" AS t
+         WHERE t.status = 'pending' AND limit_key IS NULL AND t.queue = g.queue AND t.priority = g.priority
+         ORDER BY t.run_at, t.id LIMIT %(cap)s) AS s) AS c
+
 -- ==== probe_uncommitted
 INSERT INTO "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj" (id, kind) VALUES (%(id)s, 'pgqueue.probe')
 ON CONFLICT (id) DO NOTHING
@@ -859,15 +900,6 @@ WITH purged AS (
 ),
 "purged_kept" AS (INSERT INTO "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'dead' FROM "purged")
 SELECT count(*) FROM purged
-
--- ==== queue_states
-WITH counts AS (
-    SELECT queue, status, count(*) AS n FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj" GROUP BY queue, status
-)
-SELECT coalesce(c.queue, q.queue), coalesce(q.paused, false), coalesce(c.status, 'pending'),
-       coalesce(c.n, 0)
-  FROM counts AS c FULL JOIN "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_queues" AS q ON q.queue = c.queue
- ORDER BY 1
 
 -- ==== reap_lock
 SELECT pg_try_advisory_xact_lock(hashtext('pgqueue:reap:' || %s))
@@ -1013,6 +1045,21 @@ RETURNING id, kind), by_kind AS (
 )
 SELECT coalesce(sum(n), 0)::bigint, count(pg_notify(%(channel)s, kind)) FROM by_kind
 
+-- ==== samples[status = 'dead']
+SELECT queue, priority, kind, count(*), sum(count(*)) OVER () FROM (
+    SELECT queue, priority, kind FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj" WHERE status = 'dead' ORDER BY id LIMIT %s) AS s
+ GROUP BY 1, 2, 3
+
+-- ==== samples[status = 'pending' AND limit_key IS NOT NULL]
+SELECT queue, priority, kind, count(*), sum(count(*)) OVER () FROM (
+    SELECT queue, priority, kind FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj" WHERE status = 'pending' AND limit_key IS NOT NULL ORDER BY limit_key, priority DESC, run_at, id LIMIT %s) AS s
+ GROUP BY 1, 2, 3
+
+-- ==== samples[status = 'running' AND locked_at IS NOT NULL]
+SELECT queue, priority, kind, count(*), sum(count(*)) OVER () FROM (
+    SELECT queue, priority, kind FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj" WHERE status = 'running' AND locked_at IS NOT NULL ORDER BY locked_at LIMIT %s) AS s
+ GROUP BY 1, 2, 3
+
 -- ==== schedule_clock
 SELECT now(), coalesce(array_agg(name), '{}'), coalesce(array_agg(last_tick), '{}')
   FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_schedules" WHERE name = ANY(%(names)s::text[])
@@ -1115,12 +1162,27 @@ UPDATE "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjj
  WHERE name = %(name)s
 RETURNING name
 
+-- ==== sized
+SELECT count(*) FROM (SELECT 1 FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj" LIMIT %s) AS s
+
 -- ==== stats
 SELECT queue, priority, kind, status, count(*),
        now() - min(run_at) FILTER (WHERE status = 'pending' AND run_at <= now()),
        count(*) FILTER (WHERE status = 'running' AND locked_at < now() - %s::interval)
   FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj"
  GROUP BY queue, priority, kind, status
+
+-- ==== status_estimates[dead]
+EXPLAIN (FORMAT JSON) SELECT 1 FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj" WHERE status = 'dead'
+
+-- ==== status_estimates[pending]
+EXPLAIN (FORMAT JSON) SELECT 1 FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj" WHERE status = 'pending'
+
+-- ==== status_estimates[running]
+EXPLAIN (FORMAT JSON) SELECT 1 FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj" WHERE status = 'running'
+
+-- ==== table_estimate
+EXPLAIN (FORMAT JSON) SELECT 1 FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj"
 
 -- ==== trigger_schedule
 WITH s AS (

@@ -1,95 +1,98 @@
-"""The statements that count: `stats()` and `queues()`."""
+"""What `stats()` and `queues()` report, read by `counts.tally` (counts that never scan)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Final
 
 from ..jobs import DEFAULT_VISIBILITY_TIMEOUT, ROW_STATUSES, JobStatus, Stats, validate_timeout
-from ..plans import Operation, Rows, fetch
-from .table import FeatureStatements
+from ..plans import Operation, Plan, Query
+from . import counts
+from .counts import CountStatements, Tally
 
 __all__ = ["InspectStatements", "QueueState", "queue_states", "stats"]
 
-
-@dataclass(frozen=True, slots=True)
-class InspectStatements(FeatureStatements):
-    stats: bytes
-    queue_states: bytes
-
-
-# Counts by queue, priority, kind and status, the longest wait of a ready
-# job, and the running jobs whose lease is older than the visibility timeout
-# given.
-STATS: Final = """
-SELECT queue, priority, kind, status, count(*),
-       now() - min(run_at) FILTER (WHERE status = 'pending' AND run_at <= now()),
-       count(*) FILTER (WHERE status = 'running' AND locked_at < now() - %s::interval)
-  FROM {table}
- GROUP BY queue, priority, kind, status"""
-# Every queue with jobs or a pause record: counts by status, paused or not.
-QUEUE_STATES: Final = """
-WITH counts AS (
-    SELECT queue, status, count(*) AS n FROM {table} GROUP BY queue, status
-)
-SELECT coalesce(c.queue, q.queue), coalesce(q.paused, false), coalesce(c.status, 'pending'),
-       coalesce(c.n, 0)
-  FROM counts AS c FULL JOIN {queues} AS q ON q.queue = c.queue
- ORDER BY 1"""
+# The statements of this feature are those of counting.
+InspectStatements = CountStatements
 
 
 @dataclass(frozen=True, slots=True)
 class QueueState:
-    """A queue as `queues()` reports it: paused or not, and its jobs by status."""
+    """A queue as `queues()` reports it: paused or not, and its jobs by status.
+
+    On a large table a count may be capped or estimated: ``estimated`` names
+    the statuses whose count is not exact (see `Stats.estimated`)."""
 
     name: str
     paused: bool
     counts: dict[JobStatus, int]
+    estimated: frozenset[JobStatus] = field(default_factory=frozenset)
 
 
-def stats(s: InspectStatements, visibility_timeout: timedelta | None) -> Operation[Stats]:
-    timeout = validate_timeout(
+def _timeout(visibility_timeout: timedelta | None) -> timedelta:
+    return validate_timeout(
         DEFAULT_VISIBILITY_TIMEOUT if visibility_timeout is None else visibility_timeout,
         "visibility_timeout",
     )
-    return fetch(s.stats, (timeout,), _stats)
 
 
-def _stats(rows: Rows) -> Stats:
-    by_status = dict.fromkeys(ROW_STATUSES, 0)
-    by_kind: dict[str, dict[JobStatus, int]] = {}
-    by_queue: dict[str, dict[JobStatus, int]] = {}
-    by_priority: dict[int, dict[JobStatus, int]] = {}
-    ages = []
-    expired = 0
-    for queue, priority, kind, status, count, age, past_lease in rows:
-        st = JobStatus(status)
-        by_status[st] += count
-        for table, key in ((by_kind, kind), (by_queue, queue), (by_priority, priority)):
-            table.setdefault(key, dict.fromkeys(ROW_STATUSES, 0))[st] += count
-        if age is not None:
-            ages.append(age)
-        expired += past_lease
-    oldest = max(ages, default=None)
+def stats(s: CountStatements, visibility_timeout: timedelta | None) -> Operation[Stats]:
+    timeout = _timeout(visibility_timeout)
+
+    def plan() -> Plan[Stats]:
+        return _stats((yield from counts.tally(s, timeout)))
+
+    return Operation(plan())
+
+
+def _stats(t: Tally) -> Stats:
+    tables: dict[str, dict[object, dict[JobStatus, int]]] = {}
+    for key in ("kind", "queue", "priority"):
+        table = tables[key] = {}
+        for value, status, count in counts.by(t.groups, key):
+            table.setdefault(value, dict.fromkeys(ROW_STATUSES, 0))[status] += count.value
+    estimated: set[str] = set(t.estimated())
+    if not t.expired.exact:
+        estimated.add("expired")
     return Stats(
-        by_status,
-        dict(sorted(by_kind.items())),
-        oldest,
-        expired,
-        dict(sorted(by_queue.items())),
-        dict(sorted(by_priority.items(), reverse=True)),
+        {status: count.value for status, count in t.totals.items()},
+        dict(sorted(tables["kind"].items())),  # type: ignore[arg-type]
+        t.oldest_ready,
+        t.expired.value,
+        dict(sorted(tables["queue"].items())),  # type: ignore[arg-type]
+        dict(sorted(tables["priority"].items(), reverse=True)),  # type: ignore[arg-type]
+        estimated=frozenset(estimated),
     )
 
 
-def queue_states(s: InspectStatements) -> Operation[list[QueueState]]:
+# Pause records read by `queue_states`, at most.
+MAX_PAUSE_RECORDS = 100_000
+
+
+def queue_states(s: CountStatements) -> Operation[list[QueueState]]:
     """Every queue with jobs or a pause record, by name."""
-    return fetch(s.queue_states, None, _queue_states)
+
+    def plan() -> Plan[list[QueueState]]:
+        t = yield from counts.tally(s, DEFAULT_VISIBILITY_TIMEOUT)
+        pauses = yield Query(s.pause_records, (MAX_PAUSE_RECORDS,))
+        return _queue_states(t, dict(pauses))
+
+    return Operation(plan())
 
 
-def _queue_states(rows: Rows) -> list[QueueState]:
-    found: dict[str, QueueState] = {}
-    for name, paused, status, count in rows:
-        state = found.setdefault(name, QueueState(name, paused, dict.fromkeys(ROW_STATUSES, 0)))
-        state.counts[JobStatus(status)] += count
-    return list(found.values())
+def _queue_states(t: Tally, paused: dict[str, bool]) -> list[QueueState]:
+    found: dict[str, dict[JobStatus, int]] = {}
+    inexact: dict[str, set[JobStatus]] = {}
+    for queue, status, count in counts.by(t.groups, "queue"):
+        found.setdefault(queue, dict.fromkeys(ROW_STATUSES, 0))[status] = count.value
+        if not count.exact:
+            inexact.setdefault(queue, set()).add(status)
+    return [
+        QueueState(
+            name,
+            bool(paused.get(name, False)),
+            found.get(name, dict.fromkeys(ROW_STATUSES, 0)),
+            frozenset(inexact.get(name, ())),
+        )
+        for name in sorted(set(found) | set(paused))
+    ]

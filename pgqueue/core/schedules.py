@@ -38,10 +38,10 @@ from .cron import Cron
 from .jobs import (
     DEFAULT_QUEUE,
     MAX_DELAY,
-    _validate_name,
     encode_payload,
     refuse_control,
     validate_kind,
+    validate_name,
     validate_priority,
     validate_queue,
 )
@@ -216,7 +216,7 @@ def unique_key_of(name: str) -> str:
 
 def validate_schedule_name(name: object) -> str:
     """A schedule's name: non-empty text, as a queue's name."""
-    return refuse_control(_validate_name(name, "schedule name"), "schedule name")
+    return refuse_control(validate_name(name, "schedule name"), "schedule name")
 
 
 def zone(tz: object) -> tzinfo:

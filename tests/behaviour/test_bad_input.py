@@ -95,7 +95,7 @@ async def test_one_bad_spec_in_a_batch_writes_nothing(queue: Any, raw: Raw, size
 def small_payload_limit(monkeypatch: pytest.MonkeyPatch) -> int:
     """The payload limit lowered to 1,000 bytes of JSON, so that a test need not
     build 255 MiB strings to cross it."""
-    monkeypatch.setattr(pgqueue.core.jobs, "MAX_PAYLOAD_BYTES", 1000)
+    monkeypatch.setattr(pgqueue.core.validation, "MAX_PAYLOAD_BYTES", 1000)
     return 1000
 
 

@@ -225,11 +225,12 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def typecheck(session: nox.Session) -> None:
-    """mypy --strict on the package."""
+    """mypy --strict on the package, and on the unit tests."""
     session.install(
         "-e",
-        ".[embedded,prometheus,otel,django,web,fastapi,sqlalchemy,flask]",
+        ".[test,embedded,prometheus,otel,django,web,fastapi,sqlalchemy,flask]",
         "mypy",
         "django-stubs",
     )
     session.run("mypy", "--strict", "pgqueue")
+    session.run("mypy", "--strict", "tests/unit")

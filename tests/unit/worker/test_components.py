@@ -231,13 +231,13 @@ async def test_lost_lease_means_not_started_and_outcome_not_written(
     # Another worker's reaper took both back meanwhile.
     del fake.jobs[first.id], fake.jobs[second.id]
     calls = Calls("w1", fake.table)
-    keeper = LeaseKeeper(settings, fake, calls, ledger)  # type: ignore[arg-type]
+    keeper = LeaseKeeper(settings, fake, calls, ledger)
     await keeper.beat()
     assert ledger.phase(first.id) is Phase.LOST  # still running here
     assert ledger.phase(second.id) is None  # never to be started
     assert ledger.next_unstarted() is None
     completer = Completer(fake, calls, ledger, Reporter("w1", fake.table, []), Broadcast(),
-                          worker="w1")  # type: ignore[arg-type]  # fmt: skip
+                          worker="w1")  # fmt: skip
     completer.succeeded(first)
     await completer.write()
     assert fake.calls["settle"] == 0 and not ledger.busy()

@@ -151,7 +151,7 @@ class LedgerMachine(RuleBasedStateMachine):
             self.ledger.hold(i)
             self.model[i] = H
         held = self.ids(H)
-        if held and data.draw(st.booleans()):
+        if held and bool(data.draw(st.booleans())):
             i = data.draw(st.sampled_from(held))
             self.ledger.unhold(i)
             self.model[i] = C

@@ -33,9 +33,9 @@ def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def scheduler(fake: FakeQueue, **options: object) -> Scheduler:
     options.setdefault("every", timedelta(seconds=1))
-    schedule = validate_schedule("beat", **options)  # type: ignore[arg-type]
+    schedule = validate_schedule("beat", **options)
     calls = Calls("w", fake.table, deadline=PATIENCE)
-    return Scheduler([schedule], fake, calls, Reporter("w", fake.table, []), "w")  # type: ignore[arg-type]
+    return Scheduler([schedule], fake, calls, Reporter("w", fake.table, []), "w")
 
 
 async def test_registration_is_retried_after_database_errors_and_the_due_tick_enqueued(

@@ -57,7 +57,7 @@ def fill(conn: psycopg.Connection[Any], table: str, rows: int, args: argparse.Na
     conn.execute(
         sql.SQL(
             "INSERT INTO {} (kind, queue, payload)"
-            " SELECT 'k', 'q' || (i % %s), '{{}}'::jsonb FROM generate_series(1, %s) AS i"
+            " SELECT 'k', 'q' || mod(i, %s), '{{}}'::jsonb FROM generate_series(1, %s) AS i"
         ).format(sql.Identifier(table)),
         (args.queues, rows),
     )

@@ -207,6 +207,35 @@ COPY "app"."jobs" ("id", "kind", "payload", "run_at", "max_attempts", "queue", "
 -- ==== copy_in_traced
 COPY "app"."jobs" ("id", "kind", "payload", "run_at", "max_attempts", "queue", "priority", "result_ttl", "limit_key", trace_context) FROM STDIN
 
+-- ==== counted
+(WITH RECURSIVE g AS (
+    (SELECT queue, priority FROM "app"."jobs" WHERE status = 'pending' AND limit_key IS NULL ORDER BY queue, priority LIMIT 1)
+    UNION ALL
+    SELECT n.queue, n.priority FROM g CROSS JOIN LATERAL (
+        SELECT t.queue, t.priority FROM "app"."jobs" AS t
+         WHERE t.status = 'pending' AND limit_key IS NULL AND (t.queue, t.priority) > (g.queue, g.priority)
+         ORDER BY t.queue, t.priority LIMIT 1) AS n
+)
+SELECT -1, g.queue, g.priority, NULL::text, c.n, NULL::numeric
+  FROM (SELECT queue, priority FROM g LIMIT %(pairs)s) AS g
+ CROSS JOIN LATERAL (
+    SELECT count(*) AS n FROM (
+        SELECT 1 FROM "app"."jobs" AS t
+         WHERE t.status = 'pending' AND limit_key IS NULL AND t.queue = g.queue AND t.priority = g.priority
+         ORDER BY t.run_at, t.id LIMIT %(cap)s) AS s) AS c)
+UNION ALL
+(SELECT 0, queue, priority, kind, count(*), sum(count(*)) OVER () FROM (
+    SELECT queue, priority, kind FROM "app"."jobs" WHERE status = 'pending' AND limit_key IS NOT NULL ORDER BY limit_key, priority DESC, run_at, id LIMIT %(cap)s) AS s
+ GROUP BY 2, 3, 4)
+UNION ALL
+(SELECT 1, queue, priority, kind, count(*), sum(count(*)) OVER () FROM (
+    SELECT queue, priority, kind FROM "app"."jobs" WHERE status = 'running' AND locked_at IS NOT NULL ORDER BY locked_at LIMIT %(cap)s) AS s
+ GROUP BY 2, 3, 4)
+UNION ALL
+(SELECT 2, queue, priority, kind, count(*), sum(count(*)) OVER () FROM (
+    SELECT queue, priority, kind FROM "app"."jobs" WHERE status = 'dead' ORDER BY id LIMIT %(cap)s) AS s
+ GROUP BY 2, 3, 4)
+
 -- ==== cycle
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"app"."jobs_unlimited"'::regclass) AS before),
@@ -609,12 +638,6 @@ SELECT id, attempts, max_attempts, locked_by FROM "app"."jobs"
  ORDER BY id
  FOR UPDATE SKIP LOCKED
 
--- ==== expired_leases
-SELECT count(*) FROM (
-    SELECT 1 FROM "app"."jobs"
-     WHERE status = 'running' AND locked_at IS NOT NULL AND locked_at < now() - %s::interval
-     ORDER BY locked_at LIMIT %s) AS s
-
 -- ==== explain_claim
 EXPLAIN WITH
 bucket AS (
@@ -788,21 +811,26 @@ LISTEN "app.jobs:results"
 -- ==== notify_kinds
 SELECT pg_notify(%s, k)::text FROM unnest(%s::text[]) AS k
 
--- ==== oldest_ready
-WITH RECURSIVE g AS (
-    (SELECT queue, priority FROM "app"."jobs" WHERE status = 'pending' AND limit_key IS NULL ORDER BY queue, priority LIMIT 1)
-    UNION ALL
-    SELECT n.queue, n.priority FROM g CROSS JOIN LATERAL (
-        SELECT t.queue, t.priority FROM "app"."jobs" AS t
-         WHERE t.status = 'pending' AND limit_key IS NULL AND (t.queue, t.priority) > (g.queue, g.priority)
-         ORDER BY t.queue, t.priority LIMIT 1) AS n
-)
-SELECT now() - min(f.run_at) FROM (SELECT queue, priority FROM g LIMIT %s) AS g
- CROSS JOIN LATERAL (
-    SELECT t.run_at FROM "app"."jobs" AS t
-     WHERE t.status = 'pending' AND limit_key IS NULL AND t.queue = g.queue AND t.priority = g.priority
-     ORDER BY t.run_at LIMIT 1) AS f
- WHERE f.run_at <= now()
+-- ==== oldest_and_expired
+SELECT (WITH RECURSIVE g AS (
+            (SELECT queue, priority FROM "app"."jobs" WHERE status = 'pending' AND limit_key IS NULL
+              ORDER BY queue, priority LIMIT 1)
+            UNION ALL
+            SELECT n.queue, n.priority FROM g CROSS JOIN LATERAL (
+                SELECT t.queue, t.priority FROM "app"."jobs" AS t
+                 WHERE t.status = 'pending' AND limit_key IS NULL AND (t.queue, t.priority) > (g.queue, g.priority)
+                 ORDER BY t.queue, t.priority LIMIT 1) AS n
+        )
+        SELECT now() - min(f.run_at) FROM (SELECT queue, priority FROM g LIMIT %(groups)s) AS g
+         CROSS JOIN LATERAL (
+            SELECT t.run_at FROM "app"."jobs" AS t
+             WHERE t.status = 'pending' AND limit_key IS NULL AND t.queue = g.queue AND t.priority = g.priority
+             ORDER BY t.run_at LIMIT 1) AS f
+         WHERE f.run_at <= now()),
+       (SELECT count(*) FROM (
+            SELECT 1 FROM "app"."jobs"
+             WHERE status = 'running' AND locked_at IS NOT NULL AND locked_at < now() - %(lease)s::interval
+             ORDER BY locked_at LIMIT %(cap)s) AS s)
 
 -- ==== orphan_claims[(False, False)]
 UPDATE "app"."jobs" AS j
@@ -858,22 +886,6 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 
 -- ==== pause_records
 SELECT queue, paused FROM "app"."jobs_queues" ORDER BY queue LIMIT %s
-
--- ==== pending_pairs
-WITH RECURSIVE g AS (
-    (SELECT queue, priority FROM "app"."jobs" WHERE status = 'pending' AND limit_key IS NULL ORDER BY queue, priority LIMIT 1)
-    UNION ALL
-    SELECT n.queue, n.priority FROM g CROSS JOIN LATERAL (
-        SELECT t.queue, t.priority FROM "app"."jobs" AS t
-         WHERE t.status = 'pending' AND limit_key IS NULL AND (t.queue, t.priority) > (g.queue, g.priority)
-         ORDER BY t.queue, t.priority LIMIT 1) AS n
-)
-SELECT g.queue, g.priority, c.n FROM (SELECT queue, priority FROM g LIMIT %(pairs)s) AS g
- CROSS JOIN LATERAL (
-    SELECT count(*) AS n FROM (
-        SELECT 1 FROM "app"."jobs" AS t
-         WHERE t.status = 'pending' AND limit_key IS NULL AND t.queue = g.queue AND t.priority = g.priority
-         ORDER BY t.run_at, t.id LIMIT %(cap)s) AS s) AS c
 
 -- ==== probe_uncommitted
 INSERT INTO "app"."jobs" (id, kind) VALUES (%(id)s, 'pgqueue.probe')
@@ -1044,21 +1056,6 @@ RETURNING id, kind), by_kind AS (
     SELECT kind, count(*) AS n FROM revived GROUP BY kind
 )
 SELECT coalesce(sum(n), 0)::bigint, count(pg_notify(%(channel)s, kind)) FROM by_kind
-
--- ==== samples[status = 'dead']
-SELECT queue, priority, kind, count(*), sum(count(*)) OVER () FROM (
-    SELECT queue, priority, kind FROM "app"."jobs" WHERE status = 'dead' ORDER BY id LIMIT %s) AS s
- GROUP BY 1, 2, 3
-
--- ==== samples[status = 'pending' AND limit_key IS NOT NULL]
-SELECT queue, priority, kind, count(*), sum(count(*)) OVER () FROM (
-    SELECT queue, priority, kind FROM "app"."jobs" WHERE status = 'pending' AND limit_key IS NOT NULL ORDER BY limit_key, priority DESC, run_at, id LIMIT %s) AS s
- GROUP BY 1, 2, 3
-
--- ==== samples[status = 'running' AND locked_at IS NOT NULL]
-SELECT queue, priority, kind, count(*), sum(count(*)) OVER () FROM (
-    SELECT queue, priority, kind FROM "app"."jobs" WHERE status = 'running' AND locked_at IS NOT NULL ORDER BY locked_at LIMIT %s) AS s
- GROUP BY 1, 2, 3
 
 -- ==== schedule_clock
 SELECT now(), coalesce(array_agg(name), '{}'), coalesce(array_agg(last_tick), '{}')

@@ -57,7 +57,7 @@ def test_every_row_status_is_counted_through_an_index_of_the_table() -> None:
     for status in ROW_STATUSES:
         assert status.value in statements.status_estimates
         for counted in counted_by(status):
-            assert counted.predicate.encode() in statements.samples[counted.predicate]
+            assert counted.predicate.encode() in statements.counted
 
 
 def test_the_planners_rows_are_read_from_explain_json_as_text_or_parsed() -> None:

@@ -177,9 +177,9 @@ TABLE_ESTIMATE: Final = "EXPLAIN (FORMAT JSON) SELECT 1 FROM {table}"
 # The table holds fewer than %s rows? A scan that stops there.
 SIZED: Final = "SELECT count(*) FROM (SELECT 1 FROM {table} LIMIT %s) AS s"
 # The pending jobs without a limit key, up to a cap per (queue, priority):
-# a walk of the claim index, one probe per pair.
+# a walk of the claim index, one probe per pair (tagged -1).
 PENDING_PAIRS: Final = f"""
-WITH RECURSIVE g AS (
+(WITH RECURSIVE g AS (
     (SELECT queue, priority FROM {{table}} WHERE {CLAIMABLE} ORDER BY queue, priority LIMIT 1)
     UNION ALL
     SELECT n.queue, n.priority FROM g CROSS JOIN LATERAL (
@@ -187,58 +187,67 @@ WITH RECURSIVE g AS (
          WHERE t.{CLAIMABLE} AND (t.queue, t.priority) > (g.queue, g.priority)
          ORDER BY t.queue, t.priority LIMIT 1) AS n
 )
-SELECT g.queue, g.priority, c.n FROM (SELECT queue, priority FROM g LIMIT %(pairs)s) AS g
+SELECT -1, g.queue, g.priority, NULL::text, c.n, NULL::numeric
+  FROM (SELECT queue, priority FROM g LIMIT %(pairs)s) AS g
  CROSS JOIN LATERAL (
     SELECT count(*) AS n FROM (
         SELECT 1 FROM {{table}} AS t
          WHERE t.{CLAIMABLE} AND t.queue = g.queue AND t.priority = g.priority
-         ORDER BY t.run_at, t.id LIMIT %(cap)s) AS s) AS c"""
+         ORDER BY t.run_at, t.id LIMIT %(cap)s) AS s) AS c)"""
 # The jobs one partial index holds, up to a cap, by queue, priority and
-# kind, each group with the number read in all.
+# kind, each group with the number read in all (tagged with the index's
+# place in `counted_by`, status by status).
 SAMPLE: Final = """
-SELECT queue, priority, kind, count(*), sum(count(*)) OVER () FROM (
-    SELECT queue, priority, kind FROM {table} WHERE {predicate}{order} LIMIT %s) AS s
- GROUP BY 1, 2, 3"""
+(SELECT {tag}, queue, priority, kind, count(*), sum(count(*)) OVER () FROM (
+    SELECT queue, priority, kind FROM {table} WHERE {predicate}{order} LIMIT %(cap)s) AS s
+ GROUP BY 2, 3, 4)"""
 # What the planner holds a status to have: a plan, nothing read.
 STATUS_ESTIMATE: Final = "EXPLAIN (FORMAT JSON) SELECT 1 FROM {table} WHERE status = {status}"
-# The longest wait of a ready job without a limit key: the first entry of
-# each (queue, priority) of the claim index, found by a walk.
-OLDEST_READY: Final = f"""
-WITH RECURSIVE g AS (
-    (SELECT queue, priority FROM {{table}} WHERE {CLAIMABLE} ORDER BY queue, priority LIMIT 1)
-    UNION ALL
-    SELECT n.queue, n.priority FROM g CROSS JOIN LATERAL (
-        SELECT t.queue, t.priority FROM {{table}} AS t
-         WHERE t.{CLAIMABLE} AND (t.queue, t.priority) > (g.queue, g.priority)
-         ORDER BY t.queue, t.priority LIMIT 1) AS n
-)
-SELECT now() - min(f.run_at) FROM (SELECT queue, priority FROM g LIMIT %s) AS g
- CROSS JOIN LATERAL (
-    SELECT t.run_at FROM {{table}} AS t
-     WHERE t.{CLAIMABLE} AND t.queue = g.queue AND t.priority = g.priority
-     ORDER BY t.run_at LIMIT 1) AS f
- WHERE f.run_at <= now()"""
-# Running jobs past their lease, up to a cap (the running index, by lock time).
-EXPIRED_LEASES: Final = f"""
-SELECT count(*) FROM (
-    SELECT 1 FROM {{table}}
-     WHERE {RUNNING} AND locked_at < now() - %s::interval
-     ORDER BY locked_at LIMIT %s) AS s"""
+# The longest wait of a ready job without a limit key (the first entry of
+# each (queue, priority) of the claim index, found by a walk), and the
+# running jobs past their lease, up to a cap (the running index, by lock time).
+OLDEST_AND_EXPIRED: Final = f"""
+SELECT (WITH RECURSIVE g AS (
+            (SELECT queue, priority FROM {{table}} WHERE {CLAIMABLE}
+              ORDER BY queue, priority LIMIT 1)
+            UNION ALL
+            SELECT n.queue, n.priority FROM g CROSS JOIN LATERAL (
+                SELECT t.queue, t.priority FROM {{table}} AS t
+                 WHERE t.{CLAIMABLE} AND (t.queue, t.priority) > (g.queue, g.priority)
+                 ORDER BY t.queue, t.priority LIMIT 1) AS n
+        )
+        SELECT now() - min(f.run_at) FROM (SELECT queue, priority FROM g LIMIT %(groups)s) AS g
+         CROSS JOIN LATERAL (
+            SELECT t.run_at FROM {{table}} AS t
+             WHERE t.{CLAIMABLE} AND t.queue = g.queue AND t.priority = g.priority
+             ORDER BY t.run_at LIMIT 1) AS f
+         WHERE f.run_at <= now()),
+       (SELECT count(*) FROM (
+            SELECT 1 FROM {{table}}
+             WHERE {RUNNING} AND locked_at < now() - %(lease)s::interval
+             ORDER BY locked_at LIMIT %(cap)s) AS s)"""
 # The queues' pause records, by name, up to %s of them.
 PAUSE_RECORDS: Final = "SELECT queue, paused FROM {queues} ORDER BY queue LIMIT %s"
 
 
-def _by_predicate(t: Table, template: str) -> dict[str, bytes]:
-    """`template` for each index of `counted_by`, by its predicate."""
-    return {
-        c.predicate: t.render(
-            template,
+def _counted() -> list[tuple[JobStatus, Counted]]:
+    """Every index of `counted_by`, status by status: the tags of the ``counted`` statement."""
+    return [(status, c) for status in ROW_STATUSES for c in counted_by(status)]
+
+
+def _counted_statement(t: Table) -> bytes:
+    """One statement for every capped read: the claim index's walk, then each
+    index of `counted_by` (UNION ALL), each row tagged with what it read."""
+    branches = [t.compose(PENDING_PAIRS)] + [
+        t.compose(
+            SAMPLE,
+            tag=sql.Literal(tag),
             predicate=sql.SQL(c.predicate),
             order=sql.SQL("" if c.order is None else f" ORDER BY {c.order}"),
         )
-        for status in ROW_STATUSES
-        for c in counted_by(status)
-    }
+        for tag, (_, c) in enumerate(_counted())
+    ]
+    return sql.SQL("\nUNION ALL").join(branches).as_bytes(None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,17 +255,15 @@ class CountStatements(FeatureStatements):
     stats: bytes
     table_estimate: bytes
     sized: bytes
-    pending_pairs: bytes
-    samples: dict[str, bytes] = field(hash=False)
+    counted: bytes
     status_estimates: dict[str, bytes] = field(hash=False)
-    oldest_ready: bytes
-    expired_leases: bytes
+    oldest_and_expired: bytes
     pause_records: bytes
 
     @classmethod
     def special(cls, t: Table) -> dict[str, Any]:
         return {
-            "samples": _by_predicate(t, SAMPLE),
+            "counted": _counted_statement(t),
             "status_estimates": {
                 status.value: t.render(STATUS_ESTIMATE, status=sql.Literal(status.value))
                 for status in ROW_STATUSES
@@ -284,26 +291,27 @@ def tally(
     if size <= exact_rows:
         return _exact((yield Query(s.stats, (visibility_timeout,))), size)
     groups: list[GroupCount] = []
-    read: dict[JobStatus, Count] = {}
-    more = False
-    for status in ROW_STATUSES:
-        total = Count(0)
-        if status is JobStatus.PENDING:
-            rows = yield Query(s.pending_pairs, {"pairs": pairs, "cap": cap + 1})
-            for queue, priority, n in rows:
-                count = capped(n, cap)
-                groups.append(GroupCount(queue, priority, None, status, count))
-                total += count
-            if len(rows) >= pairs:
-                more = True
-                total = Count(total.value, capped=True)
-        for c in counted_by(status):
-            rows = yield Query(s.samples[c.predicate], (cap + 1,))
-            whole = int(rows[0][4]) if rows else 0
-            for queue, priority, kind, n, _ in rows:
-                groups.append(GroupCount(queue, priority, kind, status, Count(n, whole > cap)))
-            total += capped(whole, cap)
-        read[status] = total
+    read = dict.fromkeys(ROW_STATUSES, Count(0))
+    counted = _counted()
+    whole = [0] * len(counted)
+    walked = 0
+    for tag, queue, priority, kind, n, total in (
+        yield Query(s.counted, {"pairs": pairs, "cap": cap + 1})
+    ):
+        if tag < 0:  # the claim index's walk
+            count = capped(n, cap)
+            groups.append(GroupCount(queue, priority, None, JobStatus.PENDING, count))
+            read[JobStatus.PENDING] += count
+            walked += 1
+        else:
+            status = counted[tag][0]
+            whole[tag] = int(total)
+            groups.append(GroupCount(queue, priority, kind, status, Count(n, int(total) > cap)))
+    for (status, _), n in zip(counted, whole, strict=True):
+        read[status] += capped(n, cap)
+    more = walked >= pairs
+    if more:
+        read[JobStatus.PENDING] = Count(read[JobStatus.PENDING].value, capped=True)
     over = [status for status, count in read.items() if not count.exact]
     weights: dict[JobStatus, float] = dict.fromkeys(over, 1.0)
     if len(over) > 1:
@@ -311,8 +319,9 @@ def tally(
             rows = yield Query(s.status_estimates[status.value])
             weights[status] = max(_plan_rows(rows), 1)
     totals = _estimates(read, weights, planned)
-    ((oldest,),) = yield Query(s.oldest_ready, (MAX_GROUPS,))
-    ((expired,),) = yield Query(s.expired_leases, (visibility_timeout, cap + 1))
+    ((oldest, expired),) = yield Query(
+        s.oldest_and_expired, {"groups": MAX_GROUPS, "lease": visibility_timeout, "cap": cap + 1}
+    )
     rows_now = max(planned, size, sum(c.value for c in totals.values()))
     return Tally(
         exact=False,

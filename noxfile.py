@@ -225,7 +225,7 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def typecheck(session: nox.Session) -> None:
-    """mypy --strict on the package, and on the unit tests."""
+    """mypy --strict on the package, the unit tests and the behaviour suite."""
     session.install(
         "-e",
         ".[test,embedded,prometheus,otel,django,web,fastapi,sqlalchemy,flask]",
@@ -233,4 +233,7 @@ def typecheck(session: nox.Session) -> None:
         "django-stubs",
     )
     session.run("mypy", "--strict", "pgqueue")
-    session.run("mypy", "--strict", "tests/unit")
+    session.run(
+        "mypy", "--strict", "tests/unit", "tests/behaviour", "tests/sql_snapshot.py",
+        "tests/test_sql_snapshot.py",
+    )  # fmt: skip

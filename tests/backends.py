@@ -92,7 +92,7 @@ class Business:
         self.orders = sql.Identifier(orders)
 
     def compose(self, query: str) -> sql.Composed:
-        return sql.SQL(query).format(orders=self.orders)  # type: ignore[arg-type]
+        return sql.SQL(query).format(orders=self.orders)
 
     async def execute(self, query: str, *params: Any) -> list[tuple[Any, ...]]:
         raise NotImplementedError

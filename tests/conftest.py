@@ -92,7 +92,7 @@ class Raw:
 
     def rows(self, query: str, *params: Any) -> list[tuple[Any, ...]]:
         """Run ``query`` with ``{table}`` standing for the queue's table."""
-        composed = sql.SQL(query).format(table=self.table)  # type: ignore[arg-type]
+        composed = sql.SQL(query).format(table=self.table)
         cur = self.conn.execute(composed, params or None)
         return cur.fetchall() if cur.description else []
 

@@ -52,8 +52,8 @@ def _statements(table: str, history: bool, shapes: bool) -> Iterator[tuple[str, 
                 if isinstance(item, bytes):
                     yield f"{name}[{key}]", item
     for queues, kinds, limited in itertools.product((False, True), repeat=3):
-        shape = f"queues={queues} kinds={kinds} limited={limited}"
-        yield f"claim_for({shape})", statements.claim_for(queues, kinds, LIMIT, limited)
+        claim = f"queues={queues} kinds={kinds} limited={limited}"
+        yield f"claim_for({claim})", statements.claim_for(queues, kinds, LIMIT, limited)
     flags = ("queues", "kinds", "budget", "limited", "failures", "plain")
     every = itertools.product((False, True), repeat=len(flags))
     for values in every if shapes else [(True, True, True, True, True, False)]:

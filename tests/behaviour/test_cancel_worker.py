@@ -254,7 +254,7 @@ async def test_a_job_cancelled_before_a_runner_begins_it_never_runs(
 ) -> None:
     events = Events()
     started, release = threading.Event(), threading.Event()
-    ran: list[int] = []
+    ran: list[pgqueue.Job] = []
 
     def block(job: pgqueue.Job) -> None:
         started.set()

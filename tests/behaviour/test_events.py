@@ -204,7 +204,7 @@ async def test_listeners_run_in_order_on_one_thread_that_runs_no_handler(
                              on_event=[listener("a"), listener("b")])  # fmt: skip
     added = worker.worker.add_event_listener(listener("c"))
 
-    @worker.worker.add_event_listener
+    @worker.worker.add_event_listener  # type: ignore[untyped-decorator]
     def last(event: JobEvent) -> None:
         calls.append(("d", event.job_id, threading.get_ident()))
 

@@ -49,7 +49,7 @@ def side_rows(raw: Raw, table: str, query: str, *params: Any) -> list[tuple[Any,
             ("history", "history"),
         )
     }
-    cur = raw.conn.execute(sql.SQL(query).format(**names), params or None)  # type: ignore[arg-type]
+    cur = raw.conn.execute(sql.SQL(query).format(**names), params or None)
     return cur.fetchall() if cur.description else []
 
 

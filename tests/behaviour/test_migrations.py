@@ -42,7 +42,8 @@ def history_exists(raw: Raw, table: str) -> bool:
 
 def running_index(raw: Raw, table: str) -> int | None:
     """The oid of the reaper's index (migration 6), or None."""
-    return raw.one("SELECT to_regclass(%s)::oid", f"{table}_running")
+    oid: int | None = raw.one("SELECT to_regclass(%s)::oid", f"{table}_running")
+    return oid
 
 
 async def test_install_on_an_empty_database_applies_every_migration_once(
@@ -330,7 +331,8 @@ def install_version_6(raw: Raw, table: str, monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def index_oid(raw: Raw, name: str) -> int | None:
-    return raw.one("SELECT to_regclass(%s)::oid", name)
+    oid: int | None = raw.one("SELECT to_regclass(%s)::oid", name)
+    return oid
 
 
 def filenode(raw: Raw, relation: str) -> int:
@@ -766,7 +768,8 @@ async def test_an_upgrade_grants_the_new_tables_to_the_roles_of_the_queue_table(
 
 def dead_index(raw: Raw, table: str) -> int | None:
     """The oid of the dead jobs' index (migration 11), or None."""
-    return raw.one("SELECT to_regclass(%s)::oid", f"{table}_dead")
+    oid: int | None = raw.one("SELECT to_regclass(%s)::oid", f"{table}_dead")
+    return oid
 
 
 async def test_a_table_at_version_10_gains_the_dead_index_in_place(

@@ -42,7 +42,7 @@ class Schedules:
         self.ident = sql.Identifier(f"{table}_schedules")
 
     def rows(self, query: str, *params: Any) -> list[tuple[Any, ...]]:
-        composed = sql.SQL(query).format(schedules=self.ident)  # type: ignore[arg-type]
+        composed = sql.SQL(query).format(schedules=self.ident)
         cur = self.raw.conn.execute(composed, params or None)
         return cur.fetchall() if cur.description else []
 

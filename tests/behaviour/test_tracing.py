@@ -132,7 +132,7 @@ async def test_a_retrys_run_is_linked_to_the_enqueue_not_its_child(
     enqueue = traces.one("enqueue flaky")
     first, retry = sorted(
         traces.named("run flaky"),
-        key=lambda s: s.attributes["pgqueue.job.attempt"] if s.attributes else 0,
+        key=lambda s: int(s.attributes["pgqueue.job.attempt"]) if s.attributes else 0,  # type: ignore[arg-type]
     )
     # The first attempt: a child of the enqueue, failed with its error.
     assert parent_id(first) == span_id(enqueue)

@@ -359,7 +359,9 @@ async def test_a_busy_worker_holds_an_orphan_and_runs_it_alone_once_its_jobs_are
 
         def orphan_held() -> bool:
             with lock:
-                return raw.count("id = %s AND status = 'running' AND locked_by = %s", orphan, name)
+                return bool(
+                    raw.count("id = %s AND status = 'running' AND locked_by = %s", orphan, name)
+                )
 
         # It does not wait for the worker to be idle: the long job is still running.
         await wait_until(orphan_held, "the busy worker to claim the orphan")

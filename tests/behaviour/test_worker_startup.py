@@ -100,7 +100,7 @@ async def test_worker_whose_listen_is_refused_polls_from_the_start_and_stops_whe
     async with open_queue(backend, dsn, table=table) as owner:
         await owner.install()
     with psycopg.connect(dsn, autocommit=True) as conn:
-        role = sql.Identifier(conninfo_to_dict(one_connection_role)["user"])
+        role = sql.Identifier(str(conninfo_to_dict(one_connection_role)["user"]))
         tables = ("queues", "unique_leases", "schedules", "results", "limits", "limit_slots")
         for granted in (table, *(f"{table}_{name}" for name in tables)):
             conn.execute(sql.SQL("GRANT ALL ON {} TO {}").format(sql.Identifier(granted), role))

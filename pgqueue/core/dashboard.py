@@ -31,9 +31,6 @@ from typing import Any, Final
 from psycopg import sql
 
 from .dashboard_filters import (
-    MAX_FILTER_CHARS,
-    MAX_FILTER_DEPTH,
-    MAX_JOB_ID,
     BadFilter,
     JobFilter,
     check_job_id,
@@ -76,9 +73,6 @@ from .schema.predicates import DEAD, RUNNING
 __all__ = [
     "CAP",
     "EXACT_ROWS",
-    "MAX_FILTER_CHARS",
-    "MAX_FILTER_DEPTH",
-    "MAX_JOB_ID",
     "MAX_SHOWN",
     "PAGE_SIZE",
     "READ_ONLY_SETTINGS",
@@ -87,14 +81,12 @@ __all__ = [
     "Count",
     "DashboardCore",
     "Group",
-    "HistoryRow",
     "JobDetail",
     "JobFilter",
     "JobPage",
     "Overview",
     "Preview",
     "QueueRow",
-    "ResultRow",
     "Throughput",
     "capped",
     "check_job_id",

@@ -50,8 +50,6 @@ from .base import (
     SchemaError,
     SchemaNames,
     SchemaTooNew,
-    check_prebuilt_index,
-    grant_like_queue_table,
 )
 from .grants import (
     HISTORY_GRANT,
@@ -78,10 +76,8 @@ __all__ = [
     "SchemaError",
     "SchemaNames",
     "SchemaTooNew",
-    "check_prebuilt_index",
     "check_version",
     "contract_plan",
-    "grant_like_queue_table",
     "grant_plan",
     "install_plan",
     "pending_contract_plan",

@@ -56,7 +56,12 @@ def test_cancel_json_and_ids_not_in_the_queue_exit_1(run: Cli, queue: pgqueue.Qu
 
     ran = run("cancel", str(pending), str(gone), "--json")
     assert ran.code == 1, ran
-    assert ran.json() == {"deleted": [pending], "requested": [], "not_found": [gone]}
+    assert ran.json() == {
+        "deleted": [pending],
+        "requested": [],
+        "not_found": [gone],
+        "dependents": 0,
+    }
     assert ran.err == (
         f"pgqueue cancel: job {gone} not cancelled: not in {queue.table} "
         "(it finished, or never existed)\n"

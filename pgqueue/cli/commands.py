@@ -211,6 +211,8 @@ def cmd_jobs_show(queue: Queue, args: argparse.Namespace) -> int:
         ("locked by", job.locked_by or "-"),
         ("locked at", format_time(job.locked_at)),
     ]
+    if job.parents is not None:
+        fields.append(("waits for", ", ".join(map(str, sorted(job.parents))) or "-"))
     width = max(len(name) for name, _ in fields)
     lines = [f"{name.ljust(width)}  {value}" for name, value in fields]
     lines += ["payload:", indent(json.dumps(job.payload, indent=2, ensure_ascii=False))]

@@ -12,7 +12,7 @@ import math
 import os
 import re
 import socket
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Final
@@ -81,6 +81,9 @@ class JobStatus(enum.StrEnum):
     PENDING = "pending"
     RUNNING = "running"
     DEAD = "dead"
+    # Enqueued with `depends_on`: not claimable until every job it depends
+    # on has succeeded (docs/workflows.md).
+    WAITING = "waiting"
     # Never in the table: what recording an outcome reports for a job whose
     # cancellation was requested (`cancel`); its row is gone.
     CANCELLED = "cancelled"
@@ -90,7 +93,12 @@ class JobStatus(enum.StrEnum):
 
 
 # The statuses a job row can have (`JobStatus.CANCELLED` is never one).
-ROW_STATUSES: tuple[JobStatus, ...] = (JobStatus.PENDING, JobStatus.RUNNING, JobStatus.DEAD)
+ROW_STATUSES: tuple[JobStatus, ...] = (
+    JobStatus.PENDING,
+    JobStatus.RUNNING,
+    JobStatus.DEAD,
+    JobStatus.WAITING,
+)
 
 # JobStatus by value, without an Enum call per row read.
 _STATUSES: dict[str, JobStatus] = {s.value: s for s in JobStatus}
@@ -122,6 +130,10 @@ class Job:
     """Whether `cancel` asked for this job to stop (as read when it was fetched)."""
     trace_context: str | None = None
     """The W3C ``traceparent`` of the span that enqueued it, or None (see docs/tracing.md)."""
+    parents: dict[int, Any] | None = None
+    """For a job enqueued with ``depends_on``: each direct dependency's id, with
+    its stored result value once it succeeded (jobs enqueued with
+    ``result_ttl``), else None. None for a job without dependencies."""
 
     @property
     def orphaned(self) -> bool:
@@ -156,6 +168,7 @@ class Job:
             limit_key=row["limit_key"],
             cancel_requested=row["cancel_requested"],
             trace_context=row["trace_context"],
+            parents=_parents(row.get("parents")),
         )
 
     @classmethod
@@ -163,7 +176,7 @@ class Job:
         """Build a job from a row in the order of `pgqueue.core.sql.JOB_COLUMNS`."""
         (id_, kind, payload, attempts, max_attempts, status, run_at, last_error, locked_by,
          locked_at, created_at, queue, priority, unique_key, result_ttl, limit_key,
-         cancel_requested, trace_context) = row  # fmt: skip
+         cancel_requested, trace_context, parents) = row  # fmt: skip
         return cls(
             id=id_,
             kind=kind,
@@ -183,7 +196,13 @@ class Job:
             limit_key=limit_key,
             cancel_requested=cancel_requested,
             trace_context=trace_context,
+            parents=_parents(parents),
         )
+
+
+def _parents(value: dict[str, Any] | None) -> dict[int, Any] | None:
+    """The ``parents`` column (JSON object keyed by id as text), keyed by int."""
+    return None if value is None else {int(k): v for k, v in value.items()}
 
 
 def _seconds(value: float | None) -> timedelta | None:
@@ -195,7 +214,7 @@ class JobSpec:
     """A job to enqueue, for `enqueue_many`.
 
     >>> JobSpec("send_receipt", {"order_id": 7}, delay=timedelta(minutes=5))
-    JobSpec(kind='send_receipt', payload={'order_id': 7}, run_at=None, delay=datetime.timedelta(seconds=300), max_attempts=3, queue='default', priority=0, unique_key=None, unique='queued', unique_for=None, on_duplicate='return', result_ttl=None, limit_key=None)
+    JobSpec(kind='send_receipt', payload={'order_id': 7}, run_at=None, delay=datetime.timedelta(seconds=300), max_attempts=3, queue='default', priority=0, unique_key=None, unique='queued', unique_for=None, on_duplicate='return', result_ttl=None, limit_key=None, depends_on=None)
     """  # noqa: E501
 
     kind: str
@@ -211,6 +230,7 @@ class JobSpec:
     on_duplicate: str = "return"
     result_ttl: timedelta | None = None
     limit_key: str | None = None
+    depends_on: Sequence[int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,6 +263,8 @@ class ValidatedSpec:
     unique: Unique | None = None
     result_ttl: timedelta | None = None
     limit_key: str | None = None
+    # The jobs it waits for (`depends_on`), without repeats, in the order given.
+    depends_on: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,6 +386,7 @@ def validate_spec(
     on_duplicate: str = "return",
     result_ttl: timedelta | None = None,
     limit_key: str | None = None,
+    depends_on: object = None,
 ) -> ValidatedSpec:
     """Check one job's arguments; raise TypeError or ValueError on the first bad one."""
     kind = validate_kind(kind)
@@ -388,9 +411,41 @@ def validate_spec(
             raise ValueError(f"result_ttl must be at most {MAX_DELAY.days} days, got {result_ttl}")
     if limit_key is not None:
         limit_key = validate_limit_key(limit_key)
+    parents = validate_depends_on(depends_on)
+    if parents and rule is not None:
+        raise ValueError("a job with depends_on cannot have a unique_key (not supported yet)")
     payload_json = encode_payload(payload)
     return ValidatedSpec(kind, payload_json, run_at, delay, max_attempts, queue, priority, rule,
-                         result_ttl, limit_key)  # fmt: skip
+                         result_ttl, limit_key, parents)  # fmt: skip
+
+
+# The most jobs one job may depend on directly (a group's `then` depends on
+# every job of the group).
+MAX_DEPENDENCIES: Final = 100_000
+
+
+def validate_depends_on(depends_on: object) -> tuple[int, ...]:
+    """``depends_on=``: a list (or tuple) of job ids, or None; repeats count once.
+
+    >>> validate_depends_on([3, 1, 3])
+    (3, 1)
+    """
+    if depends_on is None:
+        return ()
+    if not isinstance(depends_on, (list, tuple)):
+        raise TypeError(f"depends_on must be a list of job ids, not {type(depends_on).__name__}")
+    ids: dict[int, None] = {}
+    for item in depends_on:
+        if isinstance(item, Job):
+            item = item.id
+        if isinstance(item, bool) or not isinstance(item, int):
+            raise TypeError(f"depends_on must hold job ids (int), not {type(item).__name__}")
+        if not 1 <= item <= 2**63 - 1:
+            raise ValueError(f"depends_on holds {item}, which is no job id")
+        ids[item] = None
+    if len(ids) > MAX_DEPENDENCIES:
+        raise ValueError(f"a job may depend on at most {MAX_DEPENDENCIES:,} jobs")
+    return tuple(ids)
 
 
 def validate_limit_key(key: object) -> str:
@@ -543,6 +598,7 @@ def validate_specs(specs: Iterable[SpecLike]) -> list[ValidatedSpec]:
                     on_duplicate=spec.on_duplicate,
                     result_ttl=spec.result_ttl,
                     limit_key=spec.limit_key,
+                    depends_on=spec.depends_on,
                 )
             )
         elif isinstance(spec, tuple) and len(spec) == 2:

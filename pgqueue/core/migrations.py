@@ -41,6 +41,7 @@ from .schema.predicates import (
     RUNNING_INDEX,
     UNIQUE_INDEXES,
     UNLIMITED_INDEX,
+    WAITING_INDEX,
     Index,
 )
 
@@ -542,6 +543,55 @@ def _fillfactor(n: SchemaNames) -> Plan[None]:
     yield Query(n.render(f"ALTER TABLE {{table}} SET (fillfactor = {FILLFACTOR})"))
 
 
+def _dependencies(n: SchemaNames) -> Plan[None]:
+    # Workflows (docs/workflows.md). A job enqueued with depends_on is
+    # 'waiting', outside every claim's index, until `waiting_on` (its
+    # dependencies not yet succeeded) reaches 0; `parents` holds its direct
+    # dependencies' ids and their kept result values. A job that others wait
+    # for has `dependents` (how many were ever attached: the statements that
+    # end it look for them only then). Columns without defaults: adding them
+    # rewrites nothing, and a job outside workflows keeps them NULL.
+    yield Query(
+        n.render("""
+ALTER TABLE {table}
+    ADD COLUMN IF NOT EXISTS waiting_on integer,
+    ADD COLUMN IF NOT EXISTS dependents integer,
+    ADD COLUMN IF NOT EXISTS parents jsonb""")
+    )
+    # The status check gains 'waiting' (NOT VALID: no scan; rows are valid).
+    checks = yield Query(
+        b"""
+SELECT conname FROM pg_constraint
+ WHERE conrelid = %s::regclass AND contype = 'c'
+   AND pg_get_constraintdef(oid) LIKE '%%status%%' AND pg_get_constraintdef(oid) LIKE '%%dead%%'""",
+        (n.regclass,),
+    )
+    for (name,) in checks:
+        yield Query(
+            sql.SQL("ALTER TABLE {} DROP CONSTRAINT {}")
+            .format(n.table, sql.Identifier(name))
+            .as_bytes(None)
+        )
+    yield Query(
+        n.render(
+            "ALTER TABLE {table} ADD CHECK (status IN ('pending', 'running', 'dead', 'waiting'))"
+            " NOT VALID"
+        )
+    )
+    # One row per dependency of a waiting job, found by the job it waits for.
+    yield Query(
+        n.render("""
+CREATE TABLE IF NOT EXISTS {dependencies} (
+    parent_id bigint NOT NULL,
+    job_id    bigint NOT NULL,
+    PRIMARY KEY (parent_id, job_id)
+)""")
+    )
+    yield from _check_prebuilt_index(n, WAITING_INDEX)
+    yield Query(WAITING_INDEX.create(n))
+    yield from _grant_like_queue_table(n, n.dependencies)
+
+
 def _drop_ready_index(n: SchemaNames) -> Plan[None]:
     yield Query(n.render("DROP INDEX IF EXISTS {ready_index}"))
 
@@ -575,6 +625,7 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
     Migration(10, "rate limits", _rate_limits),
     Migration(11, "partial index of dead jobs, for operators", _dead_index),
     Migration(12, "heap pages keep room for the claim's update: less WAL per job", _fillfactor),
+    Migration(13, "dependencies: waiting jobs, chains and groups", _dependencies),
 )
 LATEST_VERSION: Final = MIGRATIONS[-1].version
 
@@ -715,7 +766,7 @@ def uninstall_plan(n: SchemaNames) -> Plan[None]:
     yield Query(
         n.render(
             "DROP TABLE IF EXISTS {table}, {history}, {queues}, {unique_leases}, {schedules},"
-            " {results}, {limits}, {limit_slots}"
+            " {results}, {limits}, {limit_slots}, {dependencies}"
         )
     )
     ((exists,),) = yield Query(b"SELECT to_regclass(%s) IS NOT NULL", (n.versions_regclass,))
@@ -757,7 +808,16 @@ def grant_plan(n: SchemaNames, role: str, *, read_only: bool = False) -> Plan[li
         (n.history.as_bytes(None).decode(), n.regclass, n.regclass),
     )
     tables = sql.SQL(", ").join(
-        [n.table, n.queues, n.unique_leases, n.schedules, n.results, n.limits, n.limit_slots]
+        [
+            n.table,
+            n.queues,
+            n.unique_leases,
+            n.schedules,
+            n.results,
+            n.limits,
+            n.limit_slots,
+            n.dependencies,
+        ]
     )
     grants = [sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(sql.Identifier(schema), who)]
     privileges = READ_ONLY_GRANT if read_only else RUNTIME_GRANT

@@ -9,8 +9,10 @@ WITH target AS (
     SELECT id, status FROM "pgqueue_jobs" WHERE id = ANY(%(ids)s::bigint[]) ORDER BY id FOR UPDATE
 ), cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j USING target AS t
-     WHERE j.id = t.id AND t.status IN ('pending', 'dead')
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.last_error, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl),
+     WHERE j.id = t.id AND t.status IN ('pending', 'dead', 'waiting')
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.last_error, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -23,6 +25,39 @@ cancelled_results AS (
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
     SELECT d.id, d.kind, d.queue, 'cancelled', NULL, NULL, d.attempts, now() + d.result_ttl
       FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
      WHERE d.result_ttl IS NOT NULL
     ON CONFLICT (job_id) DO UPDATE
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
@@ -42,10 +77,20 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM cancelled),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w)
+            FROM (SELECT FROM (SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
+       (SELECT count(*) FROM cancelled_swept)
 
 -- ==== cancel_requests
 SELECT id FROM "pgqueue_jobs" WHERE id = ANY(%s::bigint[]) AND cancel_requested_at IS NOT NULL
+
+-- ==== check
+SELECT d.id, j.status, r.outcome,
+       d.id <= coalesce(pg_sequence_last_value(
+                            pg_get_serial_sequence(%(table)s, 'id')::regclass), 0)
+  FROM unnest(%(depends_on)s::bigint[]) AS d(id)
+  LEFT JOIN "pgqueue_jobs" AS j ON j.id = d.id
+  LEFT JOIN "pgqueue_jobs_results" AS r ON r.job_id = d.id
+ ORDER BY d.id
 
 -- ==== claim
 WITH
@@ -169,14 +214,16 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents"
 
 -- ==== complete
 WITH
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running'
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -194,7 +241,28 @@ done_results AS (
     ON CONFLICT (job_id) DO UPDATE
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id)
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END)
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
@@ -287,7 +355,9 @@ spent AS (
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_slots AS (
     SELECT s.limit_key, s.slot,
@@ -337,6 +407,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -357,8 +448,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -376,6 +469,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -385,7 +511,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -399,6 +527,39 @@ cancelled_results AS (
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
     SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
       FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
      WHERE d.result_ttl IS NOT NULL
     ON CONFLICT (job_id) DO UPDATE
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
@@ -454,7 +615,7 @@ picked AS (
      LIMIT 100)
 SELECT id FROM picked
  LIMIT greatest(0, 100 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -480,8 +641,8 @@ WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
@@ -575,7 +736,7 @@ picked AS (
             LIMIT 100) AS x
      LIMIT 100)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -587,17 +748,76 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
   FROM relax, read
 
+-- ==== dependents
+SELECT job_id FROM "pgqueue_jobs_dependencies" WHERE parent_id = %s ORDER BY job_id
+
 -- ==== enqueue
-WITH job AS (
+WITH parent AS (
+    SELECT id, status FROM "pgqueue_jobs" WHERE id = ANY(%(depends_on)s::bigint[])
+     ORDER BY id FOR UPDATE
+), marked AS (
+    UPDATE "pgqueue_jobs" AS j SET dependents = coalesce(j.dependents, 0) + 1
+      FROM parent AS p
+     WHERE j.id = p.id AND p.status <> 'dead' AND j.id = ANY(%(depends_on)s::bigint[])
+    RETURNING j.id
+), job AS (
     INSERT INTO "pgqueue_jobs" (kind, payload, run_at, max_attempts, queue, priority, result_ttl,
-                         limit_key, trace_context)
-    VALUES (%(kind)s, %(payload)s::jsonb,
-            COALESCE(%(run_at)s::timestamptz, now() + %(delay)s::interval), %(max_attempts)s,
-            %(queue)s, %(priority)s, %(result_ttl)s::interval, %(limit_key)s,
-            %(trace_context)s)
-    RETURNING id, kind
+                         limit_key, trace_context, status, waiting_on, parents)
+    SELECT %(kind)s, %(payload)s::jsonb,
+           COALESCE(%(run_at)s::timestamptz, now() + %(delay)s::interval), %(max_attempts)s,
+           %(queue)s, %(priority)s, %(result_ttl)s::interval, %(limit_key)s, %(trace_context)s,
+           CASE WHEN w.n > 0 THEN 'waiting' ELSE 'pending' END, w.n,
+           (SELECT jsonb_object_agg(d.id::text, NULL::jsonb)
+              FROM unnest(%(depends_on)s::bigint[]) AS d(id))
+           || (SELECT coalesce(jsonb_object_agg(r.job_id::text, r.value), '{}')
+                 FROM "pgqueue_jobs_results" AS r
+                WHERE r.job_id = ANY(%(depends_on)s::bigint[]) AND r.outcome = 'succeeded')
+      FROM (SELECT count(*)::integer AS n FROM marked) AS w
+    RETURNING id, kind, status
+), edges AS (
+    INSERT INTO "pgqueue_jobs_dependencies" (parent_id, job_id) SELECT m.id, job.id FROM marked AS m, job
 )
-SELECT id, pg_notify(%(channel)s, kind)::text FROM job
+SELECT id, CASE WHEN status = 'pending' THEN pg_notify(%(channel)s, kind) END::text,
+       (SELECT coalesce(array_agg(id), '{}') FROM parent WHERE status = 'dead')
+  FROM job
+
+-- ==== enqueue_many
+WITH pairs AS (
+    SELECT x.j, x.p FROM unnest(%(pair_job)s::bigint[], %(pair_parent)s::bigint[]) AS x(j, p)
+), parent AS (
+    SELECT id, status FROM "pgqueue_jobs" WHERE id = ANY(%(pair_parent)s::bigint[])
+     ORDER BY id FOR UPDATE
+), marked AS (
+    UPDATE "pgqueue_jobs" AS t SET dependents = coalesce(t.dependents, 0) + c.n
+      FROM (SELECT x.p, count(*)::integer AS n
+              FROM pairs AS x JOIN parent AS q ON q.id = x.p AND q.status <> 'dead'
+             GROUP BY x.p) AS c
+     WHERE t.id = c.p AND t.id = ANY(%(pair_parent)s::bigint[])
+    RETURNING t.id
+), live AS (
+    SELECT x.j, x.p FROM pairs AS x JOIN marked AS m ON m.id = x.p
+), job AS (
+    INSERT INTO "pgqueue_jobs" ("id", "kind", "payload", "run_at", "max_attempts", "queue", "priority", "result_ttl", "limit_key", trace_context, status, waiting_on, parents)
+    SELECT r.*, %(trace_context)s::text,
+           CASE WHEN coalesce(w.n, 0) > 0 THEN 'waiting' ELSE 'pending' END, coalesce(w.n, 0),
+           k.parents
+      FROM unnest(%(id)s::bigint[], %(kind)s::text[], %(payload)s::jsonb[],
+                  %(run_at)s::timestamptz[], %(max_attempts)s::integer[], %(queue)s::text[],
+                  %(priority)s::smallint[], %(result_ttl)s::interval[], %(limit_key)s::text[])
+           AS r(id, kind, payload, run_at, max_attempts, queue, priority, result_ttl, limit_key)
+      LEFT JOIN (SELECT j, count(*)::integer AS n FROM live GROUP BY j) AS w ON w.j = r.id
+      LEFT JOIN (SELECT x.j, jsonb_object_agg(x.p::text, v.value) AS parents
+                   FROM pairs AS x
+                   LEFT JOIN "pgqueue_jobs_results" AS v ON v.job_id = x.p AND v.outcome = 'succeeded'
+                  GROUP BY x.j) AS k ON k.j = r.id
+    RETURNING id, kind, status
+), edges AS (
+    INSERT INTO "pgqueue_jobs_dependencies" (parent_id, job_id) SELECT p, j FROM live
+)
+SELECT (SELECT count(*) FROM job),
+       (SELECT coalesce(array_agg(id), '{}') FROM parent WHERE status = 'dead'),
+       (SELECT count(pg_notify(%(channel)s, kind))
+          FROM (SELECT DISTINCT kind FROM job WHERE status = 'pending') AS k)
 
 -- ==== ensure_slots
 INSERT INTO "pgqueue_jobs_limit_slots" (limit_key, slot) SELECT unnest(%(keys)s::text[]), 1
@@ -731,10 +951,10 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents"
 
 -- ==== get
-SELECT "id", "kind", "payload", "attempts", "max_attempts", "status", "run_at", "last_error", "locked_by", "locked_at", "created_at", "queue", "priority", "unique_key", extract(epoch FROM result_ttl)::float8 AS "result_ttl", "limit_key", cancel_requested_at IS NOT NULL AS "cancel_requested", "trace_context" FROM "pgqueue_jobs" WHERE id = %s
+SELECT "id", "kind", "payload", "attempts", "max_attempts", "status", "run_at", "last_error", "locked_by", "locked_at", "created_at", "queue", "priority", "unique_key", extract(epoch FROM result_ttl)::float8 AS "result_ttl", "limit_key", cancel_requested_at IS NOT NULL AS "cancel_requested", "trace_context", "parents" FROM "pgqueue_jobs" WHERE id = %s
 
 -- ==== heartbeat
 UPDATE "pgqueue_jobs" SET locked_at = now()
@@ -748,7 +968,7 @@ SELECT *, %s::text FROM unnest(%s::bigint[], %s::text[], %s::jsonb[], %s::timest
                                %s::text[])
 
 -- ==== jobs
-SELECT "id", "kind", "payload", "attempts", "max_attempts", "status", "run_at", "last_error", "locked_by", "locked_at", "created_at", "queue", "priority", "unique_key", extract(epoch FROM result_ttl)::float8 AS "result_ttl", "limit_key", cancel_requested_at IS NOT NULL AS "cancel_requested", "trace_context" FROM "pgqueue_jobs"
+SELECT "id", "kind", "payload", "attempts", "max_attempts", "status", "run_at", "last_error", "locked_by", "locked_at", "created_at", "queue", "priority", "unique_key", extract(epoch FROM result_ttl)::float8 AS "result_ttl", "limit_key", cancel_requested_at IS NOT NULL AS "cancel_requested", "trace_context", "parents" FROM "pgqueue_jobs"
  WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
    AND (%(kinds)s::text[] IS NULL OR kind = ANY(%(kinds)s::text[]))
    AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
@@ -793,7 +1013,7 @@ UPDATE "pgqueue_jobs" AS j
         ORDER BY priority DESC, run_at, id
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED)
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents"
 
 -- ==== orphan_claims[(False, True)]
 UPDATE "pgqueue_jobs" AS j
@@ -806,7 +1026,7 @@ UPDATE "pgqueue_jobs" AS j
         ORDER BY priority DESC, run_at, id
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED)
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents"
 
 -- ==== orphan_claims[(True, False)]
 UPDATE "pgqueue_jobs" AS j
@@ -819,7 +1039,7 @@ UPDATE "pgqueue_jobs" AS j
         ORDER BY priority DESC, run_at, id
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED)
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents"
 
 -- ==== orphan_claims[(True, True)]
 UPDATE "pgqueue_jobs" AS j
@@ -832,7 +1052,7 @@ UPDATE "pgqueue_jobs" AS j
         ORDER BY priority DESC, run_at, id
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED)
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents"
 
 -- ==== probe_uncommitted
 INSERT INTO "pgqueue_jobs" (id, kind) VALUES (%(id)s, 'pgqueue.probe')
@@ -894,8 +1114,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -913,6 +1135,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -922,7 +1177,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -936,6 +1193,39 @@ cancelled_results AS (
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
     SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
       FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
      WHERE d.result_ttl IS NOT NULL
     ON CONFLICT (job_id) DO UPDATE
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
@@ -1279,7 +1569,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents"
 
 -- ==== claim_for(queues=False kinds=False limited=True)
 WITH
@@ -1403,7 +1693,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents"
 
 -- ==== claim_for(queues=False kinds=True limited=False)
 UPDATE "pgqueue_jobs" AS j
@@ -1451,7 +1741,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents"
 
 -- ==== claim_for(queues=False kinds=True limited=True)
 WITH
@@ -1575,7 +1865,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents"
 
 -- ==== claim_for(queues=True kinds=False limited=False)
 UPDATE "pgqueue_jobs" AS j
@@ -1618,7 +1908,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents"
 
 -- ==== claim_for(queues=True kinds=False limited=True)
 WITH
@@ -1737,7 +2027,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents"
 
 -- ==== claim_for(queues=True kinds=True limited=False)
 UPDATE "pgqueue_jobs" AS j
@@ -1780,7 +2070,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents"
 
 -- ==== claim_for(queues=True kinds=True limited=True)
 WITH
@@ -1899,7 +2189,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents"
 
 -- ==== turn(queues=False kinds=False budget=False limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
@@ -1907,7 +2197,9 @@ read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unl
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -1926,6 +2218,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
@@ -1974,7 +2287,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -1994,8 +2307,8 @@ WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
@@ -2045,7 +2358,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -2063,7 +2376,9 @@ read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unl
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -2082,6 +2397,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -2102,8 +2438,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -2121,6 +2459,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -2130,7 +2501,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -2144,6 +2517,39 @@ cancelled_results AS (
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
     SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
       FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
      WHERE d.result_ttl IS NOT NULL
     ON CONFLICT (job_id) DO UPDATE
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
@@ -2198,7 +2604,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -2224,8 +2630,8 @@ WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
@@ -2247,8 +2653,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -2266,6 +2674,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -2275,7 +2716,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -2289,6 +2732,39 @@ cancelled_results AS (
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
     SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
       FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
      WHERE d.result_ttl IS NOT NULL
     ON CONFLICT (job_id) DO UPDATE
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
@@ -2343,7 +2819,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -2441,7 +2917,9 @@ spent AS (
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_slots AS (
     SELECT s.limit_key, s.slot,
@@ -2491,6 +2969,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
@@ -2540,7 +3039,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -2634,8 +3133,8 @@ spent AS (
     RETURNING b.per_second, m.tokens),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
@@ -2686,7 +3185,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -2778,7 +3277,9 @@ spent AS (
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_slots AS (
     SELECT s.limit_key, s.slot,
@@ -2828,6 +3329,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -2848,8 +3370,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -2867,6 +3391,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -2876,7 +3433,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -2890,6 +3449,39 @@ cancelled_results AS (
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
     SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
       FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
      WHERE d.result_ttl IS NOT NULL
     ON CONFLICT (job_id) DO UPDATE
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
@@ -2945,7 +3537,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -3045,8 +3637,8 @@ spent AS (
     RETURNING b.per_second, m.tokens),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
@@ -3068,8 +3660,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -3087,6 +3681,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -3096,7 +3723,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -3110,6 +3739,39 @@ cancelled_results AS (
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
     SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
       FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
      WHERE d.result_ttl IS NOT NULL
     ON CONFLICT (job_id) DO UPDATE
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
@@ -3165,7 +3827,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -3189,7 +3851,9 @@ read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unl
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -3208,6 +3872,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
@@ -3259,7 +3944,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -3279,8 +3964,8 @@ WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
@@ -3333,7 +4018,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -3351,7 +4036,9 @@ read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unl
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -3370,6 +4057,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -3390,8 +4098,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -3409,6 +4119,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -3418,7 +4161,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -3432,6 +4177,39 @@ cancelled_results AS (
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
     SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
       FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
      WHERE d.result_ttl IS NOT NULL
     ON CONFLICT (job_id) DO UPDATE
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
@@ -3489,7 +4267,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -3515,8 +4293,8 @@ WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
@@ -3538,8 +4316,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -3557,6 +4337,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -3566,7 +4379,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -3580,6 +4395,39 @@ cancelled_results AS (
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
     SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
       FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
      WHERE d.result_ttl IS NOT NULL
     ON CONFLICT (job_id) DO UPDATE
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
@@ -3637,7 +4485,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -3735,7 +4583,9 @@ spent AS (
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_slots AS (
     SELECT s.limit_key, s.slot,
@@ -3785,6 +4635,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
@@ -3837,7 +4708,7 @@ SELECT id FROM (
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
  LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -3931,8 +4802,8 @@ spent AS (
     RETURNING b.per_second, m.tokens),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
@@ -3986,7 +4857,7 @@ SELECT id FROM (
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -4078,7 +4949,9 @@ spent AS (
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_slots AS (
     SELECT s.limit_key, s.slot,
@@ -4128,6 +5001,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -4148,8 +5042,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -4167,6 +5063,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -4176,7 +5105,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -4190,6 +5121,39 @@ cancelled_results AS (
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
     SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
       FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
      WHERE d.result_ttl IS NOT NULL
     ON CONFLICT (job_id) DO UPDATE
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
@@ -4248,7 +5212,7 @@ SELECT id FROM (
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
  LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -4348,8 +5312,8 @@ spent AS (
     RETURNING b.per_second, m.tokens),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
@@ -4371,8 +5335,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -4390,6 +5356,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -4399,7 +5398,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -4413,6 +5414,39 @@ cancelled_results AS (
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
     SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
       FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
      WHERE d.result_ttl IS NOT NULL
     ON CONFLICT (job_id) DO UPDATE
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
@@ -4471,7 +5505,7 @@ SELECT id FROM (
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -4495,7 +5529,9 @@ read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unl
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -4514,6 +5550,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
@@ -4562,7 +5619,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -4582,8 +5639,8 @@ WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
@@ -4633,7 +5690,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -4651,7 +5708,9 @@ read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unl
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -4670,6 +5729,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -4690,8 +5770,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -4709,6 +5791,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -4718,7 +5833,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -4732,6 +5849,39 @@ cancelled_results AS (
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
     SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
       FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
      WHERE d.result_ttl IS NOT NULL
     ON CONFLICT (job_id) DO UPDATE
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
@@ -4786,7 +5936,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -4812,8 +5962,8 @@ WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
@@ -4835,8 +5985,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -4854,6 +6006,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -4863,7 +6048,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -4877,6 +6064,39 @@ cancelled_results AS (
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
     SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
       FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
      WHERE d.result_ttl IS NOT NULL
     ON CONFLICT (job_id) DO UPDATE
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
@@ -4931,7 +6151,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -5029,7 +6249,9 @@ spent AS (
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_slots AS (
     SELECT s.limit_key, s.slot,
@@ -5079,6 +6301,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
@@ -5128,7 +6371,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -5222,8 +6465,8 @@ spent AS (
     RETURNING b.per_second, m.tokens),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
@@ -5274,7 +6517,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -5366,7 +6609,9 @@ spent AS (
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_slots AS (
     SELECT s.limit_key, s.slot,
@@ -5416,6 +6661,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -5436,8 +6702,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -5455,6 +6723,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -5464,7 +6765,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -5478,6 +6781,39 @@ cancelled_results AS (
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
     SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
       FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
      WHERE d.result_ttl IS NOT NULL
     ON CONFLICT (job_id) DO UPDATE
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
@@ -5533,7 +6869,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -5633,8 +6969,8 @@ spent AS (
     RETURNING b.per_second, m.tokens),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
@@ -5656,8 +6992,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -5675,6 +7013,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -5684,7 +7055,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -5698,6 +7071,39 @@ cancelled_results AS (
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
     SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
       FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
      WHERE d.result_ttl IS NOT NULL
     ON CONFLICT (job_id) DO UPDATE
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
@@ -5753,7 +7159,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -5777,7 +7183,9 @@ read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unl
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -5796,6 +7204,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
@@ -5847,7 +7276,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -5867,8 +7296,8 @@ WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
@@ -5921,7 +7350,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -5939,7 +7368,9 @@ read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unl
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -5958,6 +7389,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -5978,8 +7430,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -5997,6 +7451,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -6006,7 +7493,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -6020,6 +7509,39 @@ cancelled_results AS (
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
     SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
       FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
      WHERE d.result_ttl IS NOT NULL
     ON CONFLICT (job_id) DO UPDATE
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
@@ -6077,7 +7599,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -6103,8 +7625,8 @@ WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
@@ -6126,8 +7648,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -6145,6 +7669,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -6154,7 +7711,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -6168,6 +7727,39 @@ cancelled_results AS (
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
     SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
       FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
      WHERE d.result_ttl IS NOT NULL
     ON CONFLICT (job_id) DO UPDATE
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
@@ -6225,7 +7817,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -6323,7 +7915,9 @@ spent AS (
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_slots AS (
     SELECT s.limit_key, s.slot,
@@ -6373,6 +7967,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
@@ -6425,7 +8040,7 @@ SELECT id FROM (
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
  LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -6519,8 +8134,8 @@ spent AS (
     RETURNING b.per_second, m.tokens),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
@@ -6574,7 +8189,7 @@ SELECT id FROM (
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -6666,7 +8281,9 @@ spent AS (
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_slots AS (
     SELECT s.limit_key, s.slot,
@@ -6716,6 +8333,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -6736,8 +8374,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -6755,6 +8395,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -6764,7 +8437,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -6778,6 +8453,39 @@ cancelled_results AS (
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
     SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
       FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
      WHERE d.result_ttl IS NOT NULL
     ON CONFLICT (job_id) DO UPDATE
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
@@ -6836,7 +8544,7 @@ SELECT id FROM (
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
  LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -6936,8 +8644,8 @@ spent AS (
     RETURNING b.per_second, m.tokens),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
@@ -6959,8 +8667,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -6978,6 +8688,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -6987,7 +8730,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -7001,6 +8746,39 @@ cancelled_results AS (
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
     SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
       FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
      WHERE d.result_ttl IS NOT NULL
     ON CONFLICT (job_id) DO UPDATE
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
@@ -7059,7 +8837,7 @@ SELECT id FROM (
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -7083,7 +8861,9 @@ read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unl
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -7102,6 +8882,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
@@ -7145,7 +8946,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -7165,8 +8966,8 @@ WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
@@ -7211,7 +9012,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -7229,7 +9030,9 @@ read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unl
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -7248,6 +9051,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -7268,8 +9092,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -7287,6 +9113,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -7296,7 +9155,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -7310,6 +9171,39 @@ cancelled_results AS (
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
     SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
       FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
      WHERE d.result_ttl IS NOT NULL
     ON CONFLICT (job_id) DO UPDATE
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
@@ -7359,7 +9253,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -7385,8 +9279,8 @@ WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
@@ -7408,8 +9302,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -7427,6 +9323,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -7436,7 +9365,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -7450,6 +9381,39 @@ cancelled_results AS (
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
     SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
       FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
      WHERE d.result_ttl IS NOT NULL
     ON CONFLICT (job_id) DO UPDATE
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
@@ -7499,7 +9463,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -7597,7 +9561,9 @@ spent AS (
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_slots AS (
     SELECT s.limit_key, s.slot,
@@ -7647,6 +9613,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
@@ -7691,7 +9678,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -7785,8 +9772,8 @@ spent AS (
     RETURNING b.per_second, m.tokens),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
@@ -7832,7 +9819,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -7924,7 +9911,9 @@ spent AS (
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_slots AS (
     SELECT s.limit_key, s.slot,
@@ -7974,6 +9963,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -7994,8 +10004,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -8013,6 +10025,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -8022,7 +10067,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -8036,6 +10083,39 @@ cancelled_results AS (
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
     SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
       FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
      WHERE d.result_ttl IS NOT NULL
     ON CONFLICT (job_id) DO UPDATE
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
@@ -8086,7 +10166,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -8186,8 +10266,8 @@ spent AS (
     RETURNING b.per_second, m.tokens),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
@@ -8209,8 +10289,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -8228,6 +10310,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -8237,7 +10352,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -8251,6 +10368,39 @@ cancelled_results AS (
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
     SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
       FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
      WHERE d.result_ttl IS NOT NULL
     ON CONFLICT (job_id) DO UPDATE
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
@@ -8301,7 +10451,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -8325,7 +10475,9 @@ read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unl
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -8344,6 +10496,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
@@ -8390,7 +10563,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -8410,8 +10583,8 @@ WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
@@ -8459,7 +10632,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -8477,7 +10650,9 @@ read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unl
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -8496,6 +10671,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -8516,8 +10712,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -8535,6 +10733,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -8544,7 +10775,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -8558,6 +10791,39 @@ cancelled_results AS (
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
     SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
       FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
      WHERE d.result_ttl IS NOT NULL
     ON CONFLICT (job_id) DO UPDATE
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
@@ -8610,7 +10876,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -8636,8 +10902,8 @@ WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
@@ -8659,8 +10925,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -8678,6 +10946,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -8687,7 +10988,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -8701,6 +11004,39 @@ cancelled_results AS (
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
     SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
       FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
      WHERE d.result_ttl IS NOT NULL
     ON CONFLICT (job_id) DO UPDATE
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
@@ -8753,7 +11089,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -8851,7 +11187,9 @@ spent AS (
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_slots AS (
     SELECT s.limit_key, s.slot,
@@ -8901,6 +11239,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
@@ -8948,7 +11307,7 @@ SELECT id FROM (
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
  LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -9042,8 +11401,8 @@ spent AS (
     RETURNING b.per_second, m.tokens),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
@@ -9092,7 +11451,7 @@ SELECT id FROM (
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -9184,7 +11543,9 @@ spent AS (
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_slots AS (
     SELECT s.limit_key, s.slot,
@@ -9234,6 +11595,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -9254,8 +11636,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -9273,6 +11657,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -9282,7 +11699,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -9296,6 +11715,39 @@ cancelled_results AS (
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
     SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
       FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
      WHERE d.result_ttl IS NOT NULL
     ON CONFLICT (job_id) DO UPDATE
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
@@ -9349,7 +11801,7 @@ SELECT id FROM (
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
  LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -9449,8 +11901,8 @@ spent AS (
     RETURNING b.per_second, m.tokens),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
@@ -9472,8 +11924,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -9491,6 +11945,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -9500,7 +11987,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -9514,6 +12003,39 @@ cancelled_results AS (
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
     SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
       FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
      WHERE d.result_ttl IS NOT NULL
     ON CONFLICT (job_id) DO UPDATE
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
@@ -9567,7 +12089,7 @@ SELECT id FROM (
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -9591,7 +12113,9 @@ read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unl
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -9610,6 +12134,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
@@ -9653,7 +12198,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -9673,8 +12218,8 @@ WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
@@ -9719,7 +12264,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -9737,7 +12282,9 @@ read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unl
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -9756,6 +12303,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -9776,8 +12344,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -9795,6 +12365,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -9804,7 +12407,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -9818,6 +12423,39 @@ cancelled_results AS (
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
     SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
       FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
      WHERE d.result_ttl IS NOT NULL
     ON CONFLICT (job_id) DO UPDATE
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
@@ -9867,7 +12505,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -9893,8 +12531,8 @@ WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
@@ -9916,8 +12554,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -9935,6 +12575,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -9944,7 +12617,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -9958,6 +12633,39 @@ cancelled_results AS (
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
     SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
       FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
      WHERE d.result_ttl IS NOT NULL
     ON CONFLICT (job_id) DO UPDATE
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
@@ -10007,7 +12715,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -10105,7 +12813,9 @@ spent AS (
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_slots AS (
     SELECT s.limit_key, s.slot,
@@ -10155,6 +12865,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
@@ -10199,7 +12930,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -10293,8 +13024,8 @@ spent AS (
     RETURNING b.per_second, m.tokens),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
@@ -10340,7 +13071,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -10432,7 +13163,9 @@ spent AS (
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_slots AS (
     SELECT s.limit_key, s.slot,
@@ -10482,6 +13215,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -10502,8 +13256,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -10521,6 +13277,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -10530,7 +13319,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -10544,6 +13335,39 @@ cancelled_results AS (
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
     SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
       FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
      WHERE d.result_ttl IS NOT NULL
     ON CONFLICT (job_id) DO UPDATE
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
@@ -10594,7 +13418,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -10694,8 +13518,8 @@ spent AS (
     RETURNING b.per_second, m.tokens),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
@@ -10717,8 +13541,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -10736,6 +13562,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -10745,7 +13604,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -10759,6 +13620,39 @@ cancelled_results AS (
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
     SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
       FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
      WHERE d.result_ttl IS NOT NULL
     ON CONFLICT (job_id) DO UPDATE
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
@@ -10809,7 +13703,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -10833,7 +13727,9 @@ read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unl
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -10852,6 +13748,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
@@ -10898,7 +13815,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -10918,8 +13835,8 @@ WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
@@ -10967,7 +13884,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -10985,7 +13902,9 @@ read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unl
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -11004,6 +13923,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -11024,8 +13964,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -11043,6 +13985,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -11052,7 +14027,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -11066,6 +14043,39 @@ cancelled_results AS (
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
     SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
       FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
      WHERE d.result_ttl IS NOT NULL
     ON CONFLICT (job_id) DO UPDATE
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
@@ -11118,7 +14128,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -11144,8 +14154,8 @@ WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
@@ -11167,8 +14177,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -11186,6 +14198,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -11195,7 +14240,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -11209,6 +14256,39 @@ cancelled_results AS (
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
     SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
       FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
      WHERE d.result_ttl IS NOT NULL
     ON CONFLICT (job_id) DO UPDATE
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
@@ -11261,7 +14341,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -11359,7 +14439,9 @@ spent AS (
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_slots AS (
     SELECT s.limit_key, s.slot,
@@ -11409,6 +14491,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
@@ -11456,7 +14559,7 @@ SELECT id FROM (
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
  LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -11550,8 +14653,8 @@ spent AS (
     RETURNING b.per_second, m.tokens),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
@@ -11600,7 +14703,7 @@ SELECT id FROM (
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -11692,7 +14795,9 @@ spent AS (
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_slots AS (
     SELECT s.limit_key, s.slot,
@@ -11742,6 +14847,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -11762,8 +14888,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -11781,6 +14909,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -11790,7 +14951,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -11804,6 +14967,39 @@ cancelled_results AS (
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
     SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
       FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
      WHERE d.result_ttl IS NOT NULL
     ON CONFLICT (job_id) DO UPDATE
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
@@ -11857,7 +15053,7 @@ SELECT id FROM (
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
  LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -11958,7 +15154,9 @@ spent AS (
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_slots AS (
     SELECT s.limit_key, s.slot,
@@ -12008,6 +15206,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -12028,8 +15247,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -12047,6 +15268,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -12056,7 +15310,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -12070,6 +15326,39 @@ cancelled_results AS (
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
     SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
       FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
      WHERE d.result_ttl IS NOT NULL
     ON CONFLICT (job_id) DO UPDATE
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
@@ -12123,7 +15412,7 @@ SELECT id FROM (
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
  LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -12223,8 +15512,8 @@ spent AS (
     RETURNING b.per_second, m.tokens),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
@@ -12246,8 +15535,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -12265,6 +15556,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -12274,7 +15598,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -12288,6 +15614,39 @@ cancelled_results AS (
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
     SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
       FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
      WHERE d.result_ttl IS NOT NULL
     ON CONFLICT (job_id) DO UPDATE
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
@@ -12341,7 +15700,7 @@ SELECT id FROM (
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -12438,8 +15797,8 @@ spent AS (
     RETURNING b.per_second, m.tokens),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
@@ -12461,8 +15820,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -12480,6 +15841,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -12489,7 +15883,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -12503,6 +15899,39 @@ cancelled_results AS (
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
     SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
       FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
      WHERE d.result_ttl IS NOT NULL
     ON CONFLICT (job_id) DO UPDATE
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
@@ -12556,7 +15985,7 @@ SELECT id FROM (
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -12579,8 +16008,8 @@ WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
@@ -12674,7 +16103,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -12691,8 +16120,8 @@ WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
@@ -12786,7 +16215,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -12803,8 +16232,8 @@ WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
@@ -12871,7 +16300,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -12888,8 +16317,8 @@ WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
@@ -12956,7 +16385,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -13220,6 +16649,43 @@ CREATE INDEX IF NOT EXISTS "pgqueue_jobs_dead" ON "pgqueue_jobs" (id) WHERE stat
 
 -- ==== migration 12, step 1
 ALTER TABLE "pgqueue_jobs" SET (fillfactor = 40)
+
+-- ==== migration 13, step 1
+ALTER TABLE "pgqueue_jobs"
+    ADD COLUMN IF NOT EXISTS waiting_on integer,
+    ADD COLUMN IF NOT EXISTS dependents integer,
+    ADD COLUMN IF NOT EXISTS parents jsonb
+
+-- ==== migration 13, step 2
+SELECT conname FROM pg_constraint
+ WHERE conrelid = %s::regclass AND contype = 'c'
+   AND pg_get_constraintdef(oid) LIKE '%%status%%' AND pg_get_constraintdef(oid) LIKE '%%dead%%'
+
+-- ==== migration 13, step 3
+ALTER TABLE "pgqueue_jobs" ADD CHECK (status IN ('pending', 'running', 'dead', 'waiting')) NOT VALID
+
+-- ==== migration 13, step 4
+CREATE TABLE IF NOT EXISTS "pgqueue_jobs_dependencies" (
+    parent_id bigint NOT NULL,
+    job_id    bigint NOT NULL,
+    PRIMARY KEY (parent_id, job_id)
+)
+
+-- ==== migration 13, step 5
+SELECT i.indrelid IS NOT DISTINCT FROM %s::regclass, i.indisvalid,
+       CASE WHEN i.indisunique = %s THEN split_part(pg_get_indexdef(c.oid), ' USING ', 2) END
+  FROM pg_class c LEFT JOIN pg_index i ON i.indexrelid = c.oid
+ WHERE c.oid = to_regclass(%s)
+
+-- ==== migration 13, step 6
+CREATE INDEX IF NOT EXISTS "pgqueue_jobs_waiting" ON "pgqueue_jobs" (id) WHERE status = 'waiting'
+
+-- ==== migration 13, step 7
+SELECT pg_get_userbyid(a.grantee), a.privilege_type
+  FROM pg_class AS c, aclexplode(c.relacl) AS a
+ WHERE c.oid = %s::regclass AND a.grantee <> 0 AND a.grantee <> c.relowner
+   AND a.privilege_type IN ('SELECT', 'INSERT', 'UPDATE', 'DELETE')
+ ORDER BY 1, 2
 
 -- ==== seed.claim
 UPDATE "pgqueue_jobs" SET status='running', locked_at=now(), locked_by=%s, attempts=attempts+1

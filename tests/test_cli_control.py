@@ -291,3 +291,25 @@ def test_jobs_show_prints_the_limit_key_result_ttl_and_a_cancel_request(
         None,
         False,
     )
+
+
+def test_cancel_says_how_many_jobs_that_waited_went_and_jobs_lists_waiting_ones(
+    run: Cli, queue: pgqueue.Queue
+) -> None:
+    parent = queue.enqueue("parent")
+    ids = queue.chain(("child", None), ("grandchild", None))
+    child = queue.enqueue("child", depends_on=[parent])
+    queue.enqueue("grandchild", depends_on=[child])
+
+    listed = run("jobs", "list", "--status", "waiting", "--json")
+    assert listed.code == 0, listed
+    assert sorted(j["id"] for j in listed.json()) == sorted([ids[1], child, child + 1])
+    shown = run("jobs", "show", str(child))
+    assert f"waits for   {parent}" in shown.lines
+
+    ran = run("cancel", str(parent))
+    assert ran.code == 0, ran
+    assert ran.lines == [
+        f"removed 1 job (waiting or dead): {parent}",
+        "cancelled 2 jobs that waited for them (depends_on)",
+    ]

@@ -21,6 +21,7 @@ from psycopg import sql
 
 import pgqueue
 from pgqueue import JobSpec, JobStatus
+from pgqueue.core.states import Event
 
 from ..backends import WorkerUnderTest
 from ..conftest import Raw
@@ -403,3 +404,23 @@ async def test_a_success_that_waited_for_an_enqueue_attaching_a_dependent_is_not
     assert await status(queue, then.id) is JobStatus.PENDING
     enqueuer.close()
     completer.close()
+
+
+@pytest.mark.parametrize("direct", [True, False])
+async def test_one_dependency_succeeding_and_another_dying_in_one_turn_cancel_the_job(
+    queue: Any, direct: bool
+) -> None:
+    # A worker's turn records both outcomes in one statement: the success
+    # must not release (or count down) what the death cancels, directly
+    # below the dead job or further down.
+    good = await queue.enqueue("good")
+    bad = await queue.enqueue("bad", max_attempts=1)
+    middle = await queue.enqueue("middle", depends_on=[bad])
+    then = await queue.enqueue("then", depends_on=[good, bad if direct else middle])
+    jobs = {j.kind: j for j in await queue.claim(10, worker="w")}
+    failure = queue.core.failure(jobs["bad"], "boom", event=Event.FAIL)
+    done, written = await queue._settle([good], [failure], worker="w")
+    assert (done, written) == ([good], {bad: JobStatus.DEAD})
+    assert await status(queue, middle) is None
+    assert await status(queue, then) is None
+    assert await queue.claim(10, worker="w") == []

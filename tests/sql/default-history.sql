@@ -352,82 +352,6 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-       AND (dependents IS NULL
-            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-done_slots AS (
-    SELECT s.limit_key, s.slot,
-           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
-      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                WHERE m.limit_key = s.limit_key), 1)
-       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
-                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
-                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                                  WHERE m.limit_key = s.limit_key), 1))
-       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
-                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
-done_handed AS (
-    SELECT x.id, x.attempts, f.limit_key, f.slot
-      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
-     CROSS JOIN LATERAL (
-           SELECT y.id, y.attempts, row_number() OVER () AS n
-             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
-                      AND t.run_at <= now()
-                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused)
-                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
-                    ORDER BY t.priority DESC, t.run_at, t.id
-                    LIMIT k.free
-                    FOR UPDATE SKIP LOCKED) AS y) AS x
-      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s
-       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
-                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-done_edges AS (
-    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
-     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
-    RETURNING e.parent_id, e.job_id),
-done_released AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET waiting_on = j.waiting_on - r.n,
-           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
-           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
-           parents = coalesce(j.parents, '{}') || r.kept
-      FROM (SELECT e.job_id, count(*)::integer AS n,
-                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
-                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
-              FROM done_edges AS e
-              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
-                     ON v.id = e.parent_id
-             GROUP BY e.job_id ORDER BY e.job_id) AS r
-     WHERE j.id = r.job_id AND j.status = 'waiting'
-       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
-    RETURNING j.id,
-              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -567,6 +491,83 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused)
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -639,12 +640,12 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== cycle_with_heads
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
     RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -2194,6 +2195,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 -- ==== turn(queues=False kinds=False budget=False limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -2239,7 +2241,6 @@ done_released AS (
        AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
     RETURNING j.id,
               CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -2305,12 +2306,12 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=False budget=False limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
     RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -2373,51 +2374,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=False budget=False limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-       AND (dependents IS NULL
-            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-done_edges AS (
-    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
-     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
-    RETURNING e.parent_id, e.job_id),
-done_released AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET waiting_on = j.waiting_on - r.n,
-           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
-           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
-           parents = coalesce(j.parents, '{}') || r.kept
-      FROM (SELECT e.job_id, count(*)::integer AS n,
-                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
-                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
-              FROM done_edges AS e
-              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
-                     ON v.id = e.parent_id
-             GROUP BY e.job_id ORDER BY e.job_id) AS r
-     WHERE j.id = r.job_id AND j.status = 'waiting'
-       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
-    RETURNING j.id,
-              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -2557,6 +2513,52 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -2628,11 +2630,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=False budget=False limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -2772,6 +2769,11 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -2914,6 +2916,7 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -2990,7 +2993,6 @@ done_released AS (
        AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
     RETURNING j.id,
               CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -3131,12 +3133,12 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
     RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -3274,82 +3276,6 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-       AND (dependents IS NULL
-            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-done_slots AS (
-    SELECT s.limit_key, s.slot,
-           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
-      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                WHERE m.limit_key = s.limit_key), 1)
-       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
-                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
-                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                                  WHERE m.limit_key = s.limit_key), 1))
-       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
-                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
-done_handed AS (
-    SELECT x.id, x.attempts, f.limit_key, f.slot
-      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
-     CROSS JOIN LATERAL (
-           SELECT y.id, y.attempts, row_number() OVER () AS n
-             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
-                      AND t.run_at <= now()
-                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused)
-                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
-                    ORDER BY t.priority DESC, t.run_at, t.id
-                    LIMIT k.free
-                    FOR UPDATE SKIP LOCKED) AS y) AS x
-      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s
-       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
-                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-done_edges AS (
-    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
-     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
-    RETURNING e.parent_id, e.job_id),
-done_released AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET waiting_on = j.waiting_on - r.n,
-           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
-           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
-           parents = coalesce(j.parents, '{}') || r.kept
-      FROM (SELECT e.job_id, count(*)::integer AS n,
-                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
-                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
-              FROM done_edges AS e
-              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
-                     ON v.id = e.parent_id
-             GROUP BY e.job_id ORDER BY e.job_id) AS r
-     WHERE j.id = r.job_id AND j.status = 'waiting'
-       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
-    RETURNING j.id,
-              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -3489,6 +3415,83 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused)
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -3635,11 +3638,6 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -3779,6 +3777,11 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -3848,6 +3851,7 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=False budget=True limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -3893,7 +3897,6 @@ done_released AS (
        AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
     RETURNING j.id,
               CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -3962,12 +3965,12 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=False budget=True limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
     RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -4033,51 +4036,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=False budget=True limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-       AND (dependents IS NULL
-            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-done_edges AS (
-    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
-     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
-    RETURNING e.parent_id, e.job_id),
-done_released AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET waiting_on = j.waiting_on - r.n,
-           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
-           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
-           parents = coalesce(j.parents, '{}') || r.kept
-      FROM (SELECT e.job_id, count(*)::integer AS n,
-                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
-                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
-              FROM done_edges AS e
-              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
-                     ON v.id = e.parent_id
-             GROUP BY e.job_id ORDER BY e.job_id) AS r
-     WHERE j.id = r.job_id AND j.status = 'waiting'
-       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
-    RETURNING j.id,
-              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -4217,6 +4175,52 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -4291,11 +4295,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=False budget=True limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -4435,6 +4434,11 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -4580,6 +4584,7 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -4656,7 +4661,6 @@ done_released AS (
        AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
     RETURNING j.id,
               CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -4800,12 +4804,12 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
     RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -4946,82 +4950,6 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-       AND (dependents IS NULL
-            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-done_slots AS (
-    SELECT s.limit_key, s.slot,
-           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
-      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                WHERE m.limit_key = s.limit_key), 1)
-       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
-                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
-                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                                  WHERE m.limit_key = s.limit_key), 1))
-       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
-                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
-done_handed AS (
-    SELECT x.id, x.attempts, f.limit_key, f.slot
-      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
-     CROSS JOIN LATERAL (
-           SELECT y.id, y.attempts, row_number() OVER () AS n
-             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
-                      AND t.run_at <= now()
-                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused)
-                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
-                    ORDER BY t.priority DESC, t.run_at, t.id
-                    LIMIT k.free
-                    FOR UPDATE SKIP LOCKED) AS y) AS x
-      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s
-       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
-                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-done_edges AS (
-    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
-     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
-    RETURNING e.parent_id, e.job_id),
-done_released AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET waiting_on = j.waiting_on - r.n,
-           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
-           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
-           parents = coalesce(j.parents, '{}') || r.kept
-      FROM (SELECT e.job_id, count(*)::integer AS n,
-                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
-                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
-              FROM done_edges AS e
-              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
-                     ON v.id = e.parent_id
-             GROUP BY e.job_id ORDER BY e.job_id) AS r
-     WHERE j.id = r.job_id AND j.status = 'waiting'
-       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
-    RETURNING j.id,
-              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -5161,6 +5089,83 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused)
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -5310,11 +5315,6 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -5454,6 +5454,11 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -5526,6 +5531,7 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=True budget=False limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -5571,7 +5577,6 @@ done_released AS (
        AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
     RETURNING j.id,
               CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -5637,12 +5642,12 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=True budget=False limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
     RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -5705,51 +5710,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=True budget=False limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-       AND (dependents IS NULL
-            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-done_edges AS (
-    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
-     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
-    RETURNING e.parent_id, e.job_id),
-done_released AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET waiting_on = j.waiting_on - r.n,
-           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
-           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
-           parents = coalesce(j.parents, '{}') || r.kept
-      FROM (SELECT e.job_id, count(*)::integer AS n,
-                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
-                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
-              FROM done_edges AS e
-              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
-                     ON v.id = e.parent_id
-             GROUP BY e.job_id ORDER BY e.job_id) AS r
-     WHERE j.id = r.job_id AND j.status = 'waiting'
-       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
-    RETURNING j.id,
-              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -5889,6 +5849,52 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -5960,11 +5966,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=True budget=False limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -6104,6 +6105,11 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -6246,6 +6252,7 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -6322,7 +6329,6 @@ done_released AS (
        AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
     RETURNING j.id,
               CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -6463,12 +6469,12 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
     RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -6606,82 +6612,6 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-       AND (dependents IS NULL
-            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-done_slots AS (
-    SELECT s.limit_key, s.slot,
-           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
-      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                WHERE m.limit_key = s.limit_key), 1)
-       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
-                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
-                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                                  WHERE m.limit_key = s.limit_key), 1))
-       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
-                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
-done_handed AS (
-    SELECT x.id, x.attempts, f.limit_key, f.slot
-      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
-     CROSS JOIN LATERAL (
-           SELECT y.id, y.attempts, row_number() OVER () AS n
-             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
-                      AND t.run_at <= now()
-                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[])
-                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
-                    ORDER BY t.priority DESC, t.run_at, t.id
-                    LIMIT k.free
-                    FOR UPDATE SKIP LOCKED) AS y) AS x
-      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s
-       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
-                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-done_edges AS (
-    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
-     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
-    RETURNING e.parent_id, e.job_id),
-done_released AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET waiting_on = j.waiting_on - r.n,
-           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
-           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
-           parents = coalesce(j.parents, '{}') || r.kept
-      FROM (SELECT e.job_id, count(*)::integer AS n,
-                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
-                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
-              FROM done_edges AS e
-              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
-                     ON v.id = e.parent_id
-             GROUP BY e.job_id ORDER BY e.job_id) AS r
-     WHERE j.id = r.job_id AND j.status = 'waiting'
-       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
-    RETURNING j.id,
-              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -6821,6 +6751,83 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[])
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -6967,11 +6974,6 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -7111,6 +7113,11 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -7180,6 +7187,7 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=True budget=True limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -7225,7 +7233,6 @@ done_released AS (
        AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
     RETURNING j.id,
               CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -7294,12 +7301,12 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=True budget=True limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
     RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -7365,51 +7372,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=True budget=True limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-       AND (dependents IS NULL
-            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-done_edges AS (
-    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
-     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
-    RETURNING e.parent_id, e.job_id),
-done_released AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET waiting_on = j.waiting_on - r.n,
-           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
-           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
-           parents = coalesce(j.parents, '{}') || r.kept
-      FROM (SELECT e.job_id, count(*)::integer AS n,
-                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
-                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
-              FROM done_edges AS e
-              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
-                     ON v.id = e.parent_id
-             GROUP BY e.job_id ORDER BY e.job_id) AS r
-     WHERE j.id = r.job_id AND j.status = 'waiting'
-       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
-    RETURNING j.id,
-              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -7549,6 +7511,52 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -7623,11 +7631,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=True budget=True limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -7767,6 +7770,11 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -7912,6 +7920,7 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -7988,7 +7997,6 @@ done_released AS (
        AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
     RETURNING j.id,
               CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -8132,12 +8140,12 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
     RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -8278,82 +8286,6 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-       AND (dependents IS NULL
-            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-done_slots AS (
-    SELECT s.limit_key, s.slot,
-           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
-      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                WHERE m.limit_key = s.limit_key), 1)
-       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
-                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
-                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                                  WHERE m.limit_key = s.limit_key), 1))
-       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
-                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
-done_handed AS (
-    SELECT x.id, x.attempts, f.limit_key, f.slot
-      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
-     CROSS JOIN LATERAL (
-           SELECT y.id, y.attempts, row_number() OVER () AS n
-             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
-                      AND t.run_at <= now()
-                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[])
-                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
-                    ORDER BY t.priority DESC, t.run_at, t.id
-                    LIMIT k.free
-                    FOR UPDATE SKIP LOCKED) AS y) AS x
-      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s
-       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
-                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-done_edges AS (
-    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
-     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
-    RETURNING e.parent_id, e.job_id),
-done_released AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET waiting_on = j.waiting_on - r.n,
-           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
-           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
-           parents = coalesce(j.parents, '{}') || r.kept
-      FROM (SELECT e.job_id, count(*)::integer AS n,
-                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
-                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
-              FROM done_edges AS e
-              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
-                     ON v.id = e.parent_id
-             GROUP BY e.job_id ORDER BY e.job_id) AS r
-     WHERE j.id = r.job_id AND j.status = 'waiting'
-       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
-    RETURNING j.id,
-              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -8493,6 +8425,83 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[])
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -8642,11 +8651,6 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -8786,6 +8790,11 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -8858,6 +8867,7 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=False budget=False limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -8903,7 +8913,6 @@ done_released AS (
        AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
     RETURNING j.id,
               CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -8964,12 +8973,12 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=False budget=False limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
     RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -9027,51 +9036,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=False budget=False limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-       AND (dependents IS NULL
-            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-done_edges AS (
-    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
-     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
-    RETURNING e.parent_id, e.job_id),
-done_released AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET waiting_on = j.waiting_on - r.n,
-           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
-           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
-           parents = coalesce(j.parents, '{}') || r.kept
-      FROM (SELECT e.job_id, count(*)::integer AS n,
-                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
-                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
-              FROM done_edges AS e
-              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
-                     ON v.id = e.parent_id
-             GROUP BY e.job_id ORDER BY e.job_id) AS r
-     WHERE j.id = r.job_id AND j.status = 'waiting'
-       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
-    RETURNING j.id,
-              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -9211,6 +9175,52 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -9277,11 +9287,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=False budget=False limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -9421,6 +9426,11 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -9558,6 +9568,7 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -9634,7 +9645,6 @@ done_released AS (
        AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
     RETURNING j.id,
               CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -9770,12 +9780,12 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
     RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -9908,82 +9918,6 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-       AND (dependents IS NULL
-            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-done_slots AS (
-    SELECT s.limit_key, s.slot,
-           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
-      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                WHERE m.limit_key = s.limit_key), 1)
-       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
-                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
-                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                                  WHERE m.limit_key = s.limit_key), 1))
-       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
-                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
-done_handed AS (
-    SELECT x.id, x.attempts, f.limit_key, f.slot
-      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
-     CROSS JOIN LATERAL (
-           SELECT y.id, y.attempts, row_number() OVER () AS n
-             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
-                      AND t.run_at <= now()
-                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[])
-                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
-                    ORDER BY t.priority DESC, t.run_at, t.id
-                    LIMIT k.free
-                    FOR UPDATE SKIP LOCKED) AS y) AS x
-      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s
-       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
-                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-done_edges AS (
-    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
-     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
-    RETURNING e.parent_id, e.job_id),
-done_released AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET waiting_on = j.waiting_on - r.n,
-           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
-           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
-           parents = coalesce(j.parents, '{}') || r.kept
-      FROM (SELECT e.job_id, count(*)::integer AS n,
-                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
-                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
-              FROM done_edges AS e
-              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
-                     ON v.id = e.parent_id
-             GROUP BY e.job_id ORDER BY e.job_id) AS r
-     WHERE j.id = r.job_id AND j.status = 'waiting'
-       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
-    RETURNING j.id,
-              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -10123,6 +10057,83 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[])
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -10264,11 +10275,6 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -10408,6 +10414,11 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -10472,6 +10483,7 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=False budget=True limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -10517,7 +10529,6 @@ done_released AS (
        AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
     RETURNING j.id,
               CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -10581,12 +10592,12 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=False budget=True limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
     RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -10647,51 +10658,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=False budget=True limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-       AND (dependents IS NULL
-            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-done_edges AS (
-    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
-     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
-    RETURNING e.parent_id, e.job_id),
-done_released AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET waiting_on = j.waiting_on - r.n,
-           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
-           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
-           parents = coalesce(j.parents, '{}') || r.kept
-      FROM (SELECT e.job_id, count(*)::integer AS n,
-                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
-                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
-              FROM done_edges AS e
-              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
-                     ON v.id = e.parent_id
-             GROUP BY e.job_id ORDER BY e.job_id) AS r
-     WHERE j.id = r.job_id AND j.status = 'waiting'
-       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
-    RETURNING j.id,
-              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -10831,6 +10797,52 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -10900,11 +10912,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=False budget=True limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -11044,6 +11051,11 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -11184,6 +11196,7 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -11260,7 +11273,6 @@ done_released AS (
        AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
     RETURNING j.id,
               CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -11399,12 +11411,12 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
     RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -11540,82 +11552,6 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-       AND (dependents IS NULL
-            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-done_slots AS (
-    SELECT s.limit_key, s.slot,
-           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
-      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                WHERE m.limit_key = s.limit_key), 1)
-       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
-                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
-                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                                  WHERE m.limit_key = s.limit_key), 1))
-       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
-                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
-done_handed AS (
-    SELECT x.id, x.attempts, f.limit_key, f.slot
-      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
-     CROSS JOIN LATERAL (
-           SELECT y.id, y.attempts, row_number() OVER () AS n
-             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
-                      AND t.run_at <= now()
-                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[])
-                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
-                    ORDER BY t.priority DESC, t.run_at, t.id
-                    LIMIT k.free
-                    FOR UPDATE SKIP LOCKED) AS y) AS x
-      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s
-       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
-                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-done_edges AS (
-    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
-     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
-    RETURNING e.parent_id, e.job_id),
-done_released AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET waiting_on = j.waiting_on - r.n,
-           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
-           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
-           parents = coalesce(j.parents, '{}') || r.kept
-      FROM (SELECT e.job_id, count(*)::integer AS n,
-                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
-                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
-              FROM done_edges AS e
-              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
-                     ON v.id = e.parent_id
-             GROUP BY e.job_id ORDER BY e.job_id) AS r
-     WHERE j.id = r.job_id AND j.status = 'waiting'
-       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
-    RETURNING j.id,
-              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -11755,6 +11691,83 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[])
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -11899,11 +11912,6 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -12043,6 +12051,11 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -12110,6 +12123,7 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=True budget=False limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -12155,7 +12169,6 @@ done_released AS (
        AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
     RETURNING j.id,
               CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -12216,12 +12229,12 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=True budget=False limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
     RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -12279,51 +12292,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=True budget=False limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-       AND (dependents IS NULL
-            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-done_edges AS (
-    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
-     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
-    RETURNING e.parent_id, e.job_id),
-done_released AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET waiting_on = j.waiting_on - r.n,
-           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
-           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
-           parents = coalesce(j.parents, '{}') || r.kept
-      FROM (SELECT e.job_id, count(*)::integer AS n,
-                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
-                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
-              FROM done_edges AS e
-              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
-                     ON v.id = e.parent_id
-             GROUP BY e.job_id ORDER BY e.job_id) AS r
-     WHERE j.id = r.job_id AND j.status = 'waiting'
-       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
-    RETURNING j.id,
-              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -12463,6 +12431,52 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -12529,11 +12543,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=True budget=False limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -12673,6 +12682,11 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -12810,6 +12824,7 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -12886,7 +12901,6 @@ done_released AS (
        AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
     RETURNING j.id,
               CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -13022,12 +13036,12 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
     RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -13160,82 +13174,6 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-       AND (dependents IS NULL
-            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-done_slots AS (
-    SELECT s.limit_key, s.slot,
-           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
-      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                WHERE m.limit_key = s.limit_key), 1)
-       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
-                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
-                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                                  WHERE m.limit_key = s.limit_key), 1))
-       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
-                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
-done_handed AS (
-    SELECT x.id, x.attempts, f.limit_key, f.slot
-      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
-     CROSS JOIN LATERAL (
-           SELECT y.id, y.attempts, row_number() OVER () AS n
-             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
-                      AND t.run_at <= now()
-                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
-                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
-                    ORDER BY t.priority DESC, t.run_at, t.id
-                    LIMIT k.free
-                    FOR UPDATE SKIP LOCKED) AS y) AS x
-      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s
-       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
-                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-done_edges AS (
-    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
-     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
-    RETURNING e.parent_id, e.job_id),
-done_released AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET waiting_on = j.waiting_on - r.n,
-           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
-           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
-           parents = coalesce(j.parents, '{}') || r.kept
-      FROM (SELECT e.job_id, count(*)::integer AS n,
-                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
-                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
-              FROM done_edges AS e
-              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
-                     ON v.id = e.parent_id
-             GROUP BY e.job_id ORDER BY e.job_id) AS r
-     WHERE j.id = r.job_id AND j.status = 'waiting'
-       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
-    RETURNING j.id,
-              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -13375,6 +13313,83 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -13516,11 +13531,6 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -13660,6 +13670,11 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -13724,6 +13739,7 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=True budget=True limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -13769,7 +13785,6 @@ done_released AS (
        AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
     RETURNING j.id,
               CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -13833,12 +13848,12 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=True budget=True limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
     RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -13899,51 +13914,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=True budget=True limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-       AND (dependents IS NULL
-            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-done_edges AS (
-    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
-     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
-    RETURNING e.parent_id, e.job_id),
-done_released AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET waiting_on = j.waiting_on - r.n,
-           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
-           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
-           parents = coalesce(j.parents, '{}') || r.kept
-      FROM (SELECT e.job_id, count(*)::integer AS n,
-                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
-                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
-              FROM done_edges AS e
-              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
-                     ON v.id = e.parent_id
-             GROUP BY e.job_id ORDER BY e.job_id) AS r
-     WHERE j.id = r.job_id AND j.status = 'waiting'
-       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
-    RETURNING j.id,
-              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -14083,6 +14053,52 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -14152,11 +14168,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=True budget=True limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -14296,6 +14307,11 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -14436,6 +14452,7 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -14512,7 +14529,6 @@ done_released AS (
        AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
     RETURNING j.id,
               CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -14651,12 +14667,12 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
     RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -14792,82 +14808,6 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-       AND (dependents IS NULL
-            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-done_slots AS (
-    SELECT s.limit_key, s.slot,
-           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
-      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                WHERE m.limit_key = s.limit_key), 1)
-       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
-                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
-                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                                  WHERE m.limit_key = s.limit_key), 1))
-       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
-                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
-done_handed AS (
-    SELECT x.id, x.attempts, f.limit_key, f.slot
-      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
-     CROSS JOIN LATERAL (
-           SELECT y.id, y.attempts, row_number() OVER () AS n
-             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
-                      AND t.run_at <= now()
-                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
-                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
-                    ORDER BY t.priority DESC, t.run_at, t.id
-                    LIMIT k.free
-                    FOR UPDATE SKIP LOCKED) AS y) AS x
-      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s
-       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
-                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-done_edges AS (
-    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
-     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
-    RETURNING e.parent_id, e.job_id),
-done_released AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET waiting_on = j.waiting_on - r.n,
-           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
-           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
-           parents = coalesce(j.parents, '{}') || r.kept
-      FROM (SELECT e.job_id, count(*)::integer AS n,
-                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
-                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
-              FROM done_edges AS e
-              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
-                     ON v.id = e.parent_id
-             GROUP BY e.job_id ORDER BY e.job_id) AS r
-     WHERE j.id = r.job_id AND j.status = 'waiting'
-       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
-    RETURNING j.id,
-              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -15007,6 +14947,83 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -15151,82 +15168,6 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-       AND (dependents IS NULL
-            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-done_slots AS (
-    SELECT s.limit_key, s.slot,
-           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
-      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                WHERE m.limit_key = s.limit_key), 1)
-       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
-                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
-                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                                  WHERE m.limit_key = s.limit_key), 1))
-       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
-                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
-done_handed AS (
-    SELECT x.id, x.attempts, f.limit_key, f.slot
-      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
-     CROSS JOIN LATERAL (
-           SELECT y.id, y.attempts, row_number() OVER () AS n
-             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
-                      AND t.run_at <= now()
-                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
-                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
-                    ORDER BY t.priority DESC, t.run_at, t.id
-                    LIMIT k.free
-                    FOR UPDATE SKIP LOCKED) AS y) AS x
-      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s
-       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
-                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-done_edges AS (
-    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
-     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
-    RETURNING e.parent_id, e.job_id),
-done_released AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET waiting_on = j.waiting_on - r.n,
-           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
-           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
-           parents = coalesce(j.parents, '{}') || r.kept
-      FROM (SELECT e.job_id, count(*)::integer AS n,
-                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
-                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
-              FROM done_edges AS e
-              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
-                     ON v.id = e.parent_id
-             GROUP BY e.job_id ORDER BY e.job_id) AS r
-     WHERE j.id = r.job_id AND j.status = 'waiting'
-       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
-    RETURNING j.id,
-              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -15366,6 +15307,83 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -15510,11 +15528,6 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -15654,6 +15667,11 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -15795,11 +15813,6 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -15939,6 +15952,11 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -16006,12 +16024,12 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=False plain=True heads=True)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
     RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -16118,12 +16136,12 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=True plain=True heads=True)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
     RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -16230,12 +16248,12 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=False plain=True heads=True)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
     RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -16315,12 +16333,12 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=True plain=True heads=True)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
     RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1

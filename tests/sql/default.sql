@@ -349,81 +349,6 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-       AND (dependents IS NULL
-            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
-done_slots AS (
-    SELECT s.limit_key, s.slot,
-           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
-      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                WHERE m.limit_key = s.limit_key), 1)
-       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
-                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
-                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                                  WHERE m.limit_key = s.limit_key), 1))
-       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
-                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
-done_handed AS (
-    SELECT x.id, x.attempts, f.limit_key, f.slot
-      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
-     CROSS JOIN LATERAL (
-           SELECT y.id, y.attempts, row_number() OVER () AS n
-             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
-                      AND t.run_at <= now()
-                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused)
-                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
-                    ORDER BY t.priority DESC, t.run_at, t.id
-                    LIMIT k.free
-                    FOR UPDATE SKIP LOCKED) AS y) AS x
-      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s
-       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
-                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-done_edges AS (
-    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
-     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
-    RETURNING e.parent_id, e.job_id),
-done_released AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET waiting_on = j.waiting_on - r.n,
-           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
-           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
-           parents = coalesce(j.parents, '{}') || r.kept
-      FROM (SELECT e.job_id, count(*)::integer AS n,
-                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
-                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
-              FROM done_edges AS e
-              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
-                     ON v.id = e.parent_id
-             GROUP BY e.job_id ORDER BY e.job_id) AS r
-     WHERE j.id = r.job_id AND j.status = 'waiting'
-       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
-    RETURNING j.id,
-              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -560,6 +485,82 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused)
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -632,11 +633,11 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== cycle_with_heads
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
     RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -2182,6 +2183,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 -- ==== turn(queues=False kinds=False budget=False limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -2226,7 +2228,6 @@ done_released AS (
        AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
     RETURNING j.id,
               CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -2292,11 +2293,11 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=False budget=False limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
     RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -2359,50 +2360,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=False budget=False limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-       AND (dependents IS NULL
-            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-done_edges AS (
-    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
-     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
-    RETURNING e.parent_id, e.job_id),
-done_released AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET waiting_on = j.waiting_on - r.n,
-           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
-           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
-           parents = coalesce(j.parents, '{}') || r.kept
-      FROM (SELECT e.job_id, count(*)::integer AS n,
-                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
-                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
-              FROM done_edges AS e
-              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
-                     ON v.id = e.parent_id
-             GROUP BY e.job_id ORDER BY e.job_id) AS r
-     WHERE j.id = r.job_id AND j.status = 'waiting'
-       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
-    RETURNING j.id,
-              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -2539,6 +2496,51 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -2610,10 +2612,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=False budget=False limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -2750,6 +2748,10 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -2892,6 +2894,7 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -2967,7 +2970,6 @@ done_released AS (
        AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
     RETURNING j.id,
               CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -3108,11 +3110,11 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
     RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -3250,81 +3252,6 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-       AND (dependents IS NULL
-            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
-done_slots AS (
-    SELECT s.limit_key, s.slot,
-           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
-      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                WHERE m.limit_key = s.limit_key), 1)
-       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
-                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
-                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                                  WHERE m.limit_key = s.limit_key), 1))
-       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
-                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
-done_handed AS (
-    SELECT x.id, x.attempts, f.limit_key, f.slot
-      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
-     CROSS JOIN LATERAL (
-           SELECT y.id, y.attempts, row_number() OVER () AS n
-             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
-                      AND t.run_at <= now()
-                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused)
-                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
-                    ORDER BY t.priority DESC, t.run_at, t.id
-                    LIMIT k.free
-                    FOR UPDATE SKIP LOCKED) AS y) AS x
-      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s
-       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
-                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-done_edges AS (
-    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
-     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
-    RETURNING e.parent_id, e.job_id),
-done_released AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET waiting_on = j.waiting_on - r.n,
-           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
-           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
-           parents = coalesce(j.parents, '{}') || r.kept
-      FROM (SELECT e.job_id, count(*)::integer AS n,
-                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
-                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
-              FROM done_edges AS e
-              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
-                     ON v.id = e.parent_id
-             GROUP BY e.job_id ORDER BY e.job_id) AS r
-     WHERE j.id = r.job_id AND j.status = 'waiting'
-       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
-    RETURNING j.id,
-              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -3461,6 +3388,82 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused)
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -3607,10 +3610,6 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -3747,6 +3746,10 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -3816,6 +3819,7 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=False budget=True limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -3860,7 +3864,6 @@ done_released AS (
        AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
     RETURNING j.id,
               CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -3929,11 +3932,11 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=False budget=True limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
     RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -3999,50 +4002,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=False budget=True limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-       AND (dependents IS NULL
-            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-done_edges AS (
-    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
-     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
-    RETURNING e.parent_id, e.job_id),
-done_released AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET waiting_on = j.waiting_on - r.n,
-           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
-           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
-           parents = coalesce(j.parents, '{}') || r.kept
-      FROM (SELECT e.job_id, count(*)::integer AS n,
-                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
-                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
-              FROM done_edges AS e
-              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
-                     ON v.id = e.parent_id
-             GROUP BY e.job_id ORDER BY e.job_id) AS r
-     WHERE j.id = r.job_id AND j.status = 'waiting'
-       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
-    RETURNING j.id,
-              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -4179,6 +4138,51 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -4253,10 +4257,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=False budget=True limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -4393,6 +4393,10 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -4538,6 +4542,7 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -4613,7 +4618,6 @@ done_released AS (
        AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
     RETURNING j.id,
               CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -4757,11 +4761,11 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
     RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -4902,81 +4906,6 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-       AND (dependents IS NULL
-            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
-done_slots AS (
-    SELECT s.limit_key, s.slot,
-           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
-      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                WHERE m.limit_key = s.limit_key), 1)
-       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
-                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
-                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                                  WHERE m.limit_key = s.limit_key), 1))
-       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
-                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
-done_handed AS (
-    SELECT x.id, x.attempts, f.limit_key, f.slot
-      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
-     CROSS JOIN LATERAL (
-           SELECT y.id, y.attempts, row_number() OVER () AS n
-             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
-                      AND t.run_at <= now()
-                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused)
-                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
-                    ORDER BY t.priority DESC, t.run_at, t.id
-                    LIMIT k.free
-                    FOR UPDATE SKIP LOCKED) AS y) AS x
-      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s
-       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
-                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-done_edges AS (
-    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
-     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
-    RETURNING e.parent_id, e.job_id),
-done_released AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET waiting_on = j.waiting_on - r.n,
-           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
-           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
-           parents = coalesce(j.parents, '{}') || r.kept
-      FROM (SELECT e.job_id, count(*)::integer AS n,
-                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
-                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
-              FROM done_edges AS e
-              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
-                     ON v.id = e.parent_id
-             GROUP BY e.job_id ORDER BY e.job_id) AS r
-     WHERE j.id = r.job_id AND j.status = 'waiting'
-       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
-    RETURNING j.id,
-              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -5113,6 +5042,82 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused)
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -5262,10 +5267,6 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -5402,6 +5403,10 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -5474,6 +5479,7 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=True budget=False limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -5518,7 +5524,6 @@ done_released AS (
        AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
     RETURNING j.id,
               CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -5584,11 +5589,11 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=True budget=False limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
     RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -5651,50 +5656,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=True budget=False limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-       AND (dependents IS NULL
-            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-done_edges AS (
-    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
-     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
-    RETURNING e.parent_id, e.job_id),
-done_released AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET waiting_on = j.waiting_on - r.n,
-           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
-           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
-           parents = coalesce(j.parents, '{}') || r.kept
-      FROM (SELECT e.job_id, count(*)::integer AS n,
-                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
-                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
-              FROM done_edges AS e
-              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
-                     ON v.id = e.parent_id
-             GROUP BY e.job_id ORDER BY e.job_id) AS r
-     WHERE j.id = r.job_id AND j.status = 'waiting'
-       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
-    RETURNING j.id,
-              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -5831,6 +5792,51 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -5902,10 +5908,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=True budget=False limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -6042,6 +6044,10 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -6184,6 +6190,7 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -6259,7 +6266,6 @@ done_released AS (
        AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
     RETURNING j.id,
               CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -6400,11 +6406,11 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
     RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -6542,81 +6548,6 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-       AND (dependents IS NULL
-            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
-done_slots AS (
-    SELECT s.limit_key, s.slot,
-           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
-      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                WHERE m.limit_key = s.limit_key), 1)
-       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
-                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
-                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                                  WHERE m.limit_key = s.limit_key), 1))
-       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
-                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
-done_handed AS (
-    SELECT x.id, x.attempts, f.limit_key, f.slot
-      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
-     CROSS JOIN LATERAL (
-           SELECT y.id, y.attempts, row_number() OVER () AS n
-             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
-                      AND t.run_at <= now()
-                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[])
-                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
-                    ORDER BY t.priority DESC, t.run_at, t.id
-                    LIMIT k.free
-                    FOR UPDATE SKIP LOCKED) AS y) AS x
-      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s
-       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
-                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-done_edges AS (
-    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
-     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
-    RETURNING e.parent_id, e.job_id),
-done_released AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET waiting_on = j.waiting_on - r.n,
-           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
-           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
-           parents = coalesce(j.parents, '{}') || r.kept
-      FROM (SELECT e.job_id, count(*)::integer AS n,
-                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
-                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
-              FROM done_edges AS e
-              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
-                     ON v.id = e.parent_id
-             GROUP BY e.job_id ORDER BY e.job_id) AS r
-     WHERE j.id = r.job_id AND j.status = 'waiting'
-       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
-    RETURNING j.id,
-              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -6753,6 +6684,82 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[])
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -6899,10 +6906,6 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -7039,6 +7042,10 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -7108,6 +7115,7 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=True budget=True limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -7152,7 +7160,6 @@ done_released AS (
        AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
     RETURNING j.id,
               CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -7221,11 +7228,11 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=True budget=True limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
     RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -7291,50 +7298,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=True budget=True limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-       AND (dependents IS NULL
-            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-done_edges AS (
-    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
-     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
-    RETURNING e.parent_id, e.job_id),
-done_released AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET waiting_on = j.waiting_on - r.n,
-           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
-           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
-           parents = coalesce(j.parents, '{}') || r.kept
-      FROM (SELECT e.job_id, count(*)::integer AS n,
-                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
-                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
-              FROM done_edges AS e
-              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
-                     ON v.id = e.parent_id
-             GROUP BY e.job_id ORDER BY e.job_id) AS r
-     WHERE j.id = r.job_id AND j.status = 'waiting'
-       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
-    RETURNING j.id,
-              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -7471,6 +7434,51 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -7545,10 +7553,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=True budget=True limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -7685,6 +7689,10 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -7830,6 +7838,7 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -7905,7 +7914,6 @@ done_released AS (
        AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
     RETURNING j.id,
               CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -8049,11 +8057,11 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
     RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -8194,81 +8202,6 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-       AND (dependents IS NULL
-            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
-done_slots AS (
-    SELECT s.limit_key, s.slot,
-           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
-      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                WHERE m.limit_key = s.limit_key), 1)
-       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
-                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
-                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                                  WHERE m.limit_key = s.limit_key), 1))
-       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
-                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
-done_handed AS (
-    SELECT x.id, x.attempts, f.limit_key, f.slot
-      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
-     CROSS JOIN LATERAL (
-           SELECT y.id, y.attempts, row_number() OVER () AS n
-             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
-                      AND t.run_at <= now()
-                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[])
-                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
-                    ORDER BY t.priority DESC, t.run_at, t.id
-                    LIMIT k.free
-                    FOR UPDATE SKIP LOCKED) AS y) AS x
-      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s
-       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
-                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-done_edges AS (
-    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
-     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
-    RETURNING e.parent_id, e.job_id),
-done_released AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET waiting_on = j.waiting_on - r.n,
-           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
-           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
-           parents = coalesce(j.parents, '{}') || r.kept
-      FROM (SELECT e.job_id, count(*)::integer AS n,
-                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
-                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
-              FROM done_edges AS e
-              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
-                     ON v.id = e.parent_id
-             GROUP BY e.job_id ORDER BY e.job_id) AS r
-     WHERE j.id = r.job_id AND j.status = 'waiting'
-       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
-    RETURNING j.id,
-              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -8405,6 +8338,82 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.kind = ANY(%(kinds)s::text[])
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -8554,10 +8563,6 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -8694,6 +8699,10 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -8766,6 +8775,7 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=False budget=False limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -8810,7 +8820,6 @@ done_released AS (
        AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
     RETURNING j.id,
               CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -8871,11 +8880,11 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=False budget=False limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
     RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -8933,50 +8942,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=False budget=False limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-       AND (dependents IS NULL
-            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-done_edges AS (
-    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
-     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
-    RETURNING e.parent_id, e.job_id),
-done_released AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET waiting_on = j.waiting_on - r.n,
-           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
-           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
-           parents = coalesce(j.parents, '{}') || r.kept
-      FROM (SELECT e.job_id, count(*)::integer AS n,
-                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
-                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
-              FROM done_edges AS e
-              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
-                     ON v.id = e.parent_id
-             GROUP BY e.job_id ORDER BY e.job_id) AS r
-     WHERE j.id = r.job_id AND j.status = 'waiting'
-       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
-    RETURNING j.id,
-              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -9113,6 +9078,51 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -9179,10 +9189,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=False budget=False limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -9319,6 +9325,10 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -9456,6 +9466,7 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -9531,7 +9542,6 @@ done_released AS (
        AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
     RETURNING j.id,
               CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -9667,11 +9677,11 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
     RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -9804,81 +9814,6 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-       AND (dependents IS NULL
-            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
-done_slots AS (
-    SELECT s.limit_key, s.slot,
-           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
-      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                WHERE m.limit_key = s.limit_key), 1)
-       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
-                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
-                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                                  WHERE m.limit_key = s.limit_key), 1))
-       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
-                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
-done_handed AS (
-    SELECT x.id, x.attempts, f.limit_key, f.slot
-      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
-     CROSS JOIN LATERAL (
-           SELECT y.id, y.attempts, row_number() OVER () AS n
-             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
-                      AND t.run_at <= now()
-                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[])
-                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
-                    ORDER BY t.priority DESC, t.run_at, t.id
-                    LIMIT k.free
-                    FOR UPDATE SKIP LOCKED) AS y) AS x
-      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s
-       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
-                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-done_edges AS (
-    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
-     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
-    RETURNING e.parent_id, e.job_id),
-done_released AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET waiting_on = j.waiting_on - r.n,
-           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
-           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
-           parents = coalesce(j.parents, '{}') || r.kept
-      FROM (SELECT e.job_id, count(*)::integer AS n,
-                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
-                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
-              FROM done_edges AS e
-              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
-                     ON v.id = e.parent_id
-             GROUP BY e.job_id ORDER BY e.job_id) AS r
-     WHERE j.id = r.job_id AND j.status = 'waiting'
-       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
-    RETURNING j.id,
-              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -10015,6 +9950,82 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[])
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -10156,10 +10167,6 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -10296,6 +10303,10 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -10360,6 +10371,7 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=False budget=True limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -10404,7 +10416,6 @@ done_released AS (
        AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
     RETURNING j.id,
               CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -10468,11 +10479,11 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=False budget=True limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
     RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -10533,50 +10544,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=False budget=True limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-       AND (dependents IS NULL
-            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-done_edges AS (
-    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
-     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
-    RETURNING e.parent_id, e.job_id),
-done_released AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET waiting_on = j.waiting_on - r.n,
-           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
-           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
-           parents = coalesce(j.parents, '{}') || r.kept
-      FROM (SELECT e.job_id, count(*)::integer AS n,
-                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
-                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
-              FROM done_edges AS e
-              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
-                     ON v.id = e.parent_id
-             GROUP BY e.job_id ORDER BY e.job_id) AS r
-     WHERE j.id = r.job_id AND j.status = 'waiting'
-       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
-    RETURNING j.id,
-              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -10713,6 +10680,51 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -10782,10 +10794,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=False budget=True limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -10922,6 +10930,10 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -11062,6 +11074,7 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -11137,7 +11150,6 @@ done_released AS (
        AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
     RETURNING j.id,
               CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -11276,11 +11288,11 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
     RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -11416,81 +11428,6 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-       AND (dependents IS NULL
-            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
-done_slots AS (
-    SELECT s.limit_key, s.slot,
-           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
-      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                WHERE m.limit_key = s.limit_key), 1)
-       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
-                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
-                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                                  WHERE m.limit_key = s.limit_key), 1))
-       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
-                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
-done_handed AS (
-    SELECT x.id, x.attempts, f.limit_key, f.slot
-      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
-     CROSS JOIN LATERAL (
-           SELECT y.id, y.attempts, row_number() OVER () AS n
-             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
-                      AND t.run_at <= now()
-                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[])
-                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
-                    ORDER BY t.priority DESC, t.run_at, t.id
-                    LIMIT k.free
-                    FOR UPDATE SKIP LOCKED) AS y) AS x
-      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s
-       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
-                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-done_edges AS (
-    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
-     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
-    RETURNING e.parent_id, e.job_id),
-done_released AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET waiting_on = j.waiting_on - r.n,
-           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
-           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
-           parents = coalesce(j.parents, '{}') || r.kept
-      FROM (SELECT e.job_id, count(*)::integer AS n,
-                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
-                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
-              FROM done_edges AS e
-              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
-                     ON v.id = e.parent_id
-             GROUP BY e.job_id ORDER BY e.job_id) AS r
-     WHERE j.id = r.job_id AND j.status = 'waiting'
-       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
-    RETURNING j.id,
-              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -11627,6 +11564,82 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[])
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -11771,10 +11784,6 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -11911,6 +11920,10 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -11978,6 +11991,7 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=True budget=False limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -12022,7 +12036,6 @@ done_released AS (
        AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
     RETURNING j.id,
               CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -12083,11 +12096,11 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=True budget=False limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
     RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -12145,50 +12158,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=True budget=False limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-       AND (dependents IS NULL
-            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-done_edges AS (
-    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
-     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
-    RETURNING e.parent_id, e.job_id),
-done_released AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET waiting_on = j.waiting_on - r.n,
-           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
-           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
-           parents = coalesce(j.parents, '{}') || r.kept
-      FROM (SELECT e.job_id, count(*)::integer AS n,
-                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
-                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
-              FROM done_edges AS e
-              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
-                     ON v.id = e.parent_id
-             GROUP BY e.job_id ORDER BY e.job_id) AS r
-     WHERE j.id = r.job_id AND j.status = 'waiting'
-       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
-    RETURNING j.id,
-              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -12325,6 +12294,51 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -12391,10 +12405,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=True budget=False limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -12531,6 +12541,10 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -12668,6 +12682,7 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -12743,7 +12758,6 @@ done_released AS (
        AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
     RETURNING j.id,
               CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -12879,11 +12893,11 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
     RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -13016,81 +13030,6 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-       AND (dependents IS NULL
-            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
-done_slots AS (
-    SELECT s.limit_key, s.slot,
-           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
-      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                WHERE m.limit_key = s.limit_key), 1)
-       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
-                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
-                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                                  WHERE m.limit_key = s.limit_key), 1))
-       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
-                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
-done_handed AS (
-    SELECT x.id, x.attempts, f.limit_key, f.slot
-      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
-     CROSS JOIN LATERAL (
-           SELECT y.id, y.attempts, row_number() OVER () AS n
-             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
-                      AND t.run_at <= now()
-                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
-                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
-                    ORDER BY t.priority DESC, t.run_at, t.id
-                    LIMIT k.free
-                    FOR UPDATE SKIP LOCKED) AS y) AS x
-      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s
-       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
-                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-done_edges AS (
-    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
-     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
-    RETURNING e.parent_id, e.job_id),
-done_released AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET waiting_on = j.waiting_on - r.n,
-           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
-           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
-           parents = coalesce(j.parents, '{}') || r.kept
-      FROM (SELECT e.job_id, count(*)::integer AS n,
-                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
-                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
-              FROM done_edges AS e
-              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
-                     ON v.id = e.parent_id
-             GROUP BY e.job_id ORDER BY e.job_id) AS r
-     WHERE j.id = r.job_id AND j.status = 'waiting'
-       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
-    RETURNING j.id,
-              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -13227,6 +13166,82 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -13368,10 +13383,6 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -13508,6 +13519,10 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -13572,6 +13587,7 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=True budget=True limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -13616,7 +13632,6 @@ done_released AS (
        AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
     RETURNING j.id,
               CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -13680,11 +13695,11 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=True budget=True limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
     RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -13745,50 +13760,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=True budget=True limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-       AND (dependents IS NULL
-            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-done_edges AS (
-    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
-     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
-    RETURNING e.parent_id, e.job_id),
-done_released AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET waiting_on = j.waiting_on - r.n,
-           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
-           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
-           parents = coalesce(j.parents, '{}') || r.kept
-      FROM (SELECT e.job_id, count(*)::integer AS n,
-                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
-                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
-              FROM done_edges AS e
-              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
-                     ON v.id = e.parent_id
-             GROUP BY e.job_id ORDER BY e.job_id) AS r
-     WHERE j.id = r.job_id AND j.status = 'waiting'
-       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
-    RETURNING j.id,
-              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -13925,6 +13896,51 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -13994,10 +14010,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=True budget=True limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -14134,6 +14146,10 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -14274,6 +14290,7 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
@@ -14349,7 +14366,6 @@ done_released AS (
        AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
     RETURNING j.id,
               CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -14488,11 +14504,11 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
     RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -14628,81 +14644,6 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-       AND (dependents IS NULL
-            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
-done_slots AS (
-    SELECT s.limit_key, s.slot,
-           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
-      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                WHERE m.limit_key = s.limit_key), 1)
-       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
-                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
-                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                                  WHERE m.limit_key = s.limit_key), 1))
-       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
-                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
-done_handed AS (
-    SELECT x.id, x.attempts, f.limit_key, f.slot
-      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
-     CROSS JOIN LATERAL (
-           SELECT y.id, y.attempts, row_number() OVER () AS n
-             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
-                      AND t.run_at <= now()
-                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
-                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
-                    ORDER BY t.priority DESC, t.run_at, t.id
-                    LIMIT k.free
-                    FOR UPDATE SKIP LOCKED) AS y) AS x
-      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s
-       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
-                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-done_edges AS (
-    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
-     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
-    RETURNING e.parent_id, e.job_id),
-done_released AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET waiting_on = j.waiting_on - r.n,
-           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
-           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
-           parents = coalesce(j.parents, '{}') || r.kept
-      FROM (SELECT e.job_id, count(*)::integer AS n,
-                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
-                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
-              FROM done_edges AS e
-              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
-                     ON v.id = e.parent_id
-             GROUP BY e.job_id ORDER BY e.job_id) AS r
-     WHERE j.id = r.job_id AND j.status = 'waiting'
-       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
-    RETURNING j.id,
-              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -14839,6 +14780,82 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -14983,81 +15000,6 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-       AND (dependents IS NULL
-            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
-done_slots AS (
-    SELECT s.limit_key, s.slot,
-           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
-      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                WHERE m.limit_key = s.limit_key), 1)
-       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
-                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
-                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
-                                                  WHERE m.limit_key = s.limit_key), 1))
-       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
-                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
-done_handed AS (
-    SELECT x.id, x.attempts, f.limit_key, f.slot
-      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
-     CROSS JOIN LATERAL (
-           SELECT y.id, y.attempts, row_number() OVER () AS n
-             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
-                      AND t.run_at <= now()
-                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
-                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
-                    ORDER BY t.priority DESC, t.run_at, t.id
-                    LIMIT k.free
-                    FOR UPDATE SKIP LOCKED) AS y) AS x
-      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s
-       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
-                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-done_edges AS (
-    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
-     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
-    RETURNING e.parent_id, e.job_id),
-done_released AS (
-    UPDATE "pgqueue_jobs" AS j
-       SET waiting_on = j.waiting_on - r.n,
-           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
-           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
-           parents = coalesce(j.parents, '{}') || r.kept
-      FROM (SELECT e.job_id, count(*)::integer AS n,
-                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
-                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
-              FROM done_edges AS e
-              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
-                     ON v.id = e.parent_id
-             GROUP BY e.job_id ORDER BY e.job_id) AS r
-     WHERE j.id = r.job_id AND j.status = 'waiting'
-       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
-    RETURNING j.id,
-              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -15194,6 +15136,82 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "pgqueue_jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "pgqueue_jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "pgqueue_jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "pgqueue_jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "pgqueue_jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -15338,10 +15356,6 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -15478,6 +15492,10 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -15619,10 +15637,6 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -15759,6 +15773,10 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -15826,11 +15844,11 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=False plain=True heads=True)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
     RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -15937,11 +15955,11 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=True plain=True heads=True)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
     RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -16048,11 +16066,11 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=False plain=True heads=True)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
     RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -16132,11 +16150,11 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=True plain=True heads=True)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
     RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1

@@ -352,82 +352,6 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-       AND (dependents IS NULL
-            OR dependents = (SELECT s.dependents FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj" AS s WHERE s.id = "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj".id))
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
-"done_kept" AS (INSERT INTO "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-done_slots AS (
-    SELECT s.limit_key, s.slot,
-           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
-      FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_limit_slots" AS s, done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-       AND s.slot <= coalesce((SELECT max_running FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_limits" AS m
-                                WHERE m.limit_key = s.limit_key), 1)
-       AND NOT EXISTS (SELECT FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_limit_slots" AS h
-                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
-                          AND h.slot > coalesce((SELECT max_running FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_limits" AS m
-                                                  WHERE m.limit_key = s.limit_key), 1))
-       AND NOT EXISTS (SELECT FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_limits" AS r
-                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
-done_handed AS (
-    SELECT x.id, x.attempts, f.limit_key, f.slot
-      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
-     CROSS JOIN LATERAL (
-           SELECT y.id, y.attempts, row_number() OVER () AS n
-             FROM (SELECT id, attempts FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
-                      AND t.run_at <= now()
-                              AND NOT EXISTS (SELECT FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused)
-                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
-                    ORDER BY t.priority DESC, t.run_at, t.id
-                    LIMIT k.free
-                    FOR UPDATE SKIP LOCKED) AS y) AS x
-      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
-done_freed AS (
-    UPDATE "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_limit_slots" AS s
-       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
-                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-done_results AS (
-    INSERT INTO "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-done_edges AS (
-    DELETE FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_dependencies" AS e USING done AS d
-     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
-    RETURNING e.parent_id, e.job_id),
-done_released AS (
-    UPDATE "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj" AS j
-       SET waiting_on = j.waiting_on - r.n,
-           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
-           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
-           parents = coalesce(j.parents, '{}') || r.kept
-      FROM (SELECT e.job_id, count(*)::integer AS n,
-                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
-                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
-              FROM done_edges AS e
-              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
-                     ON v.id = e.parent_id
-             GROUP BY e.job_id ORDER BY e.job_id) AS r
-     WHERE j.id = r.job_id AND j.status = 'waiting'
-       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
-    RETURNING j.id,
-              CASE WHEN j.status = 'pending' THEN pg_notify('ssssssssssssssssssssssssssssssssssssssssssssssssssssss_bfc720c3', j.kind)::text END),
 failed_rows AS (
     UPDATE "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -567,6 +491,83 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj" AS s WHERE s.id = "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused)
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+done_freed AS (
+    UPDATE "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('ssssssssssssssssssssssssssssssssssssssssssssssssssssss_bfc720c3', j.kind)::text END),
 claimed AS (
 UPDATE "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -639,12 +640,12 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== cycle_with_heads
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
     RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -2268,82 +2269,6 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-       AND (dependents IS NULL
-            OR dependents = (SELECT s.dependents FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj" AS s WHERE s.id = "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj".id))
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
-"done_kept" AS (INSERT INTO "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-done_slots AS (
-    SELECT s.limit_key, s.slot,
-           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
-      FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_limit_slots" AS s, done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-       AND s.slot <= coalesce((SELECT max_running FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_limits" AS m
-                                WHERE m.limit_key = s.limit_key), 1)
-       AND NOT EXISTS (SELECT FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_limit_slots" AS h
-                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
-                          AND h.slot > coalesce((SELECT max_running FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_limits" AS m
-                                                  WHERE m.limit_key = s.limit_key), 1))
-       AND NOT EXISTS (SELECT FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_limits" AS r
-                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
-done_handed AS (
-    SELECT x.id, x.attempts, f.limit_key, f.slot
-      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
-     CROSS JOIN LATERAL (
-           SELECT y.id, y.attempts, row_number() OVER () AS n
-             FROM (SELECT id, attempts FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
-                      AND t.run_at <= now()
-                              AND NOT EXISTS (SELECT FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
-                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
-                    ORDER BY t.priority DESC, t.run_at, t.id
-                    LIMIT k.free
-                    FOR UPDATE SKIP LOCKED) AS y) AS x
-      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
-done_freed AS (
-    UPDATE "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_limit_slots" AS s
-       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
-                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-done_results AS (
-    INSERT INTO "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-done_edges AS (
-    DELETE FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_dependencies" AS e USING done AS d
-     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
-    RETURNING e.parent_id, e.job_id),
-done_released AS (
-    UPDATE "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj" AS j
-       SET waiting_on = j.waiting_on - r.n,
-           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
-           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
-           parents = coalesce(j.parents, '{}') || r.kept
-      FROM (SELECT e.job_id, count(*)::integer AS n,
-                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
-                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
-              FROM done_edges AS e
-              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
-                     ON v.id = e.parent_id
-             GROUP BY e.job_id ORDER BY e.job_id) AS r
-     WHERE j.id = r.job_id AND j.status = 'waiting'
-       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
-    RETURNING j.id,
-              CASE WHEN j.status = 'pending' THEN pg_notify('ssssssssssssssssssssssssssssssssssssssssssssssssssssss_bfc720c3', j.kind)::text END),
 failed_rows AS (
     UPDATE "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -2483,6 +2408,83 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj" AS s WHERE s.id = "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+done_freed AS (
+    UPDATE "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('ssssssssssssssssssssssssssssssssssssssssssssssssssssss_bfc720c3', j.kind)::text END),
 claimed AS (
 UPDATE "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -2627,82 +2629,6 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-       AND (dependents IS NULL
-            OR dependents = (SELECT s.dependents FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj" AS s WHERE s.id = "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj".id))
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
-"done_kept" AS (INSERT INTO "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-done_slots AS (
-    SELECT s.limit_key, s.slot,
-           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
-      FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_limit_slots" AS s, done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-       AND s.slot <= coalesce((SELECT max_running FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_limits" AS m
-                                WHERE m.limit_key = s.limit_key), 1)
-       AND NOT EXISTS (SELECT FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_limit_slots" AS h
-                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
-                          AND h.slot > coalesce((SELECT max_running FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_limits" AS m
-                                                  WHERE m.limit_key = s.limit_key), 1))
-       AND NOT EXISTS (SELECT FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_limits" AS r
-                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
-done_handed AS (
-    SELECT x.id, x.attempts, f.limit_key, f.slot
-      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
-     CROSS JOIN LATERAL (
-           SELECT y.id, y.attempts, row_number() OVER () AS n
-             FROM (SELECT id, attempts FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
-                      AND t.run_at <= now()
-                              AND NOT EXISTS (SELECT FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
-                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
-                    ORDER BY t.priority DESC, t.run_at, t.id
-                    LIMIT k.free
-                    FOR UPDATE SKIP LOCKED) AS y) AS x
-      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
-done_freed AS (
-    UPDATE "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_limit_slots" AS s
-       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
-                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-done_results AS (
-    INSERT INTO "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-done_edges AS (
-    DELETE FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_dependencies" AS e USING done AS d
-     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
-    RETURNING e.parent_id, e.job_id),
-done_released AS (
-    UPDATE "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj" AS j
-       SET waiting_on = j.waiting_on - r.n,
-           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
-           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
-           parents = coalesce(j.parents, '{}') || r.kept
-      FROM (SELECT e.job_id, count(*)::integer AS n,
-                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
-                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
-              FROM done_edges AS e
-              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
-                     ON v.id = e.parent_id
-             GROUP BY e.job_id ORDER BY e.job_id) AS r
-     WHERE j.id = r.job_id AND j.status = 'waiting'
-       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
-    RETURNING j.id,
-              CASE WHEN j.status = 'pending' THEN pg_notify('ssssssssssssssssssssssssssssssssssssssssssssssssssssss_bfc720c3', j.kind)::text END),
 failed_rows AS (
     UPDATE "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -2842,6 +2768,83 @@ cancelled_swept_results AS (
     RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj" AS s WHERE s.id = "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused) AND t.queue = ANY(%(queues)s::text[]) AND t.kind = ANY(%(kinds)s::text[])
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+done_freed AS (
+    UPDATE "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('ssssssssssssssssssssssssssssssssssssssssssssssssssssss_bfc720c3', j.kind)::text END),
 claimed AS (
 UPDATE "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1

@@ -163,7 +163,7 @@ RELEASE: Final = """,
               FROM {edges} AS e{values}
              GROUP BY e.job_id ORDER BY e.job_id) AS r
      WHERE j.id = r.job_id AND j.status = 'waiting'
-       AND j.id = ANY(ARRAY(SELECT job_id FROM {edges}))
+       AND j.id = ANY(ARRAY(SELECT job_id FROM {edges})){spared}
     RETURNING j.id,
               CASE WHEN j.status = 'pending' THEN pg_notify({jobs_channel}, j.kind)::text END)"""
 RELEASED_VALUES: Final = """
@@ -204,6 +204,16 @@ SWEEP: Final = """,
      WHERE e.parent_id = b.parent AND e.job_id = b.id)"""
 
 
+def spared(sources: tuple[str, ...]) -> sql.Composable:
+    """The release's condition that leaves alone the jobs that `sources`,
+    ending jobs dead or cancelled in the same statement, cancel: a statement
+    modifies a row once, and the cancel must win."""
+    if not sources:
+        return sql.SQL("")
+    below = " UNION ALL ".join(f"SELECT id FROM {s}_below" for s in sources)
+    return sql.SQL(f"\n       AND j.id <> ALL(ARRAY({below}))")
+
+
 def follow_dependents(t: Table, leaving: Leaving) -> sql.Composable:
     """The leaving step of workflows: release the dependents of jobs that
     succeeded; cancel what waits below jobs that died or were cancelled."""
@@ -218,6 +228,7 @@ def follow_dependents(t: Table, leaving: Leaving) -> sql.Composable:
             edges=sql.SQL(f"{source}_edges"),
             released=sql.SQL(f"{source}_released"),
             values=sql.SQL(RELEASED_VALUES if leaving.value == "v.value" else NO_VALUES),
+            spared=spared(leaving.spared),
         )
     swept = f"{source}_swept"
     # The jobs swept leave the table too: copied to history, results kept.

@@ -110,6 +110,10 @@ class Leaving:
     # In a worker's turn, which jobs it may claim: a freed slot goes to the
     # next ready job of its key among them (`HANDED_ON`). None: freed.
     served: sql.Composable | None = None
+    # Successes: the sources ending jobs in the same statement whose
+    # dependents are cancelled with them (`{source}_below`, defined before):
+    # what they cancel, the release leaves alone (`pgqueue.core.queue.depends`).
+    spared: tuple[str, ...] = ()
 
 
 def copy_to_history(t: Table, leaving: Leaving) -> sql.Composable:

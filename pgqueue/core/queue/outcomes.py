@@ -128,7 +128,12 @@ SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM cancelled),
 
 
 def success_ctes(
-    t: Table, *, worker: bool = False, plain: bool = False, served: sql.Composable | None = None
+    t: Table,
+    *,
+    worker: bool = False,
+    plain: bool = False,
+    served: sql.Composable | None = None,
+    spared: tuple[str, ...] = (),
 ) -> sql.Composable:
     """The ``done`` CTE and its leaving steps. A worker's successes are
     fenced by its name; `served`: their slots go on to the next ready job of
@@ -137,13 +142,16 @@ def success_ctes(
     only the copy to history applies. A caller that was wrong loses neither
     a slot nor a result: the job stays running. So does a job whose
     dependents changed while the statement waited for it (`DEPENDENTS_SEEN`):
-    the caller records it again."""
+    the caller records it again. `spared`: the sources of the same
+    statement, written before, whose cancels the release leaves alone."""
     fence = " AND locked_by = %(worker)s" if worker or plain else ""
     if plain:
         fence += " AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL"
     else:
         fence += t.compose(DEPENDENTS_SEEN).as_string(None)
-    leaving = Leaving("done", "'succeeded'", value="v.value", history="succeeded", served=served)
+    leaving = Leaving(
+        "done", "'succeeded'", value="v.value", history="succeeded", served=served, spared=spared
+    )
     steps = (copy_to_history,) if plain else None  # None: every leaving step
     return t.compose(DONE, fence=sql.SQL(fence), after=after_leaving(t, leaving, steps))
 

@@ -42,7 +42,7 @@ CYCLE: Final = (
     "\nWITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),"
     "\nread AS MATERIALIZED ("
     "SELECT pg_stat_get_xact_tuples_returned({unlimited_index}::regclass) AS before),"
-    "{limited}{done},{failures},"
+    "{limited}{failures},{done},"
     """
 claimed AS ({claim})
 SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM done),
@@ -117,7 +117,14 @@ def turn_statement(t: Table, spec: TurnSpec) -> bytes:
     sources = spec.sources
     return t.render(
         CYCLE,
-        done=success_ctes(t, worker=True, plain=spec.plain, served=served),
+        # What its failures cancel, its successes release not (they come first).
+        done=success_ctes(
+            t,
+            worker=True,
+            plain=spec.plain,
+            served=served,
+            spared=("failed_rows", "cancelled") if spec.failures else (),
+        ),
         failures=failure_ctes(t) if spec.failures else sql.SQL(NO_FAILURES),
         limited=ctes + sql.SQL(",") if spec.limited else ctes,
         claim=claim_update(t, claim),

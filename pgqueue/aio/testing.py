@@ -110,10 +110,12 @@ async def adrain(
         job = run.took(await driver.run(run.turn(), conn))
         if job is not None:
             run.ran(job, await run_call(run.call(job)))
-        elif run.idle:
-            # With `with_scheduled`, the jobs due later, then those they enqueue.
-            if not run.with_scheduled or not await driver.run(run.promote(), conn):
-                return run.drained
+            continue
+        if not run.idle:  # its outcome's retry, due now, was not visible to its claim
+            continue
+        # With `with_scheduled`, the jobs due later, then those they enqueue.
+        if not run.with_scheduled or not await driver.run(run.promote(), conn):
+            return run.drained
 
 
 async def arun_job(target: Callable[..., Any], job: Job) -> Any:

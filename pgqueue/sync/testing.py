@@ -108,10 +108,12 @@ def drain(
         job = run.took(driver.run(run.turn(), conn))
         if job is not None:
             run.ran(job, run_call(run.call(job)))
-        elif run.idle:
-            # With `with_scheduled`, the jobs due later, then those they enqueue.
-            if not run.with_scheduled or not driver.run(run.promote(), conn):
-                return run.drained
+            continue
+        if not run.idle:  # its outcome's retry, due now, was not visible to its claim
+            continue
+        # With `with_scheduled`, the jobs due later, then those they enqueue.
+        if not run.with_scheduled or not driver.run(run.promote(), conn):
+            return run.drained
 
 
 def run_job(target: Callable[..., Any], job: Job) -> Any:

@@ -482,3 +482,40 @@ def test_testing_helpers_see_and_run_the_jobs_of_a_rolled_back_test_transaction(
         transaction.set_rollback(True)
 
     assert jobs(db) == [] and ran(db) == []
+
+
+def _testing_helpers_case() -> type:
+    """A `django.test.TestCase` of the helpers, made once Django is configured."""
+    from django.test import TestCase
+
+    import tests.django_project.shop.jobs  # noqa: F401  (registers print_label)
+    from pgqueue.contrib import django as pgq
+    from pgqueue.testing import assert_enqueued, drain
+    from tests.django_project.shop.models import Order, Ran
+
+    class CheckoutTests(TestCase):
+        def test_checkout_enqueues_and_the_drain_runs_it(self) -> None:
+            order = Order.objects.create(item="teapot")
+            pgq.enqueue("print_label", {"order_id": order.pk})
+
+            queue, conn = pgq.get_queue(), pgq.connection()
+            assert_enqueued(queue, "print_label", payload={"order_id": order.pk}, conn=conn)
+            drained = drain(queue, pgq.registered_handlers(), conn=conn)
+
+            self.assertEqual(drained.dead, [])
+            self.assertEqual(Ran.objects.get().arg, str(order.pk))
+
+    return CheckoutTests
+
+
+def test_testing_helpers_in_a_django_test_case(db: psycopg.Connection[Any]) -> None:
+    import unittest
+
+    suite = unittest.defaultTestLoader.loadTestsFromTestCase(_testing_helpers_case())
+    result = unittest.TestResult()
+    suite.run(result)
+
+    assert result.errors == [] and result.failures == [], result.errors + result.failures
+    assert result.testsRun == 1
+    # Django's TestCase rolled its transaction back: no job, no run left.
+    assert jobs(db) == [] and ran(db) == []

@@ -10,7 +10,9 @@ import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
+from psycopg import sql
 
 import pgqueue
 from pgqueue import cli
@@ -118,3 +120,24 @@ def test_check_of_a_worker_counts_its_handlers_and_the_queues_tasks(
     assert status == 1
     assert "1 of 3 jobs checked cannot run on this code" in out
     assert "gone" in out and "no handler" in out
+
+
+def test_check_gives_up_on_a_page_after_its_statement_timeout(
+    pgqueue_queue: pgqueue.Queue,
+    pgqueue_dsn: str,
+    app: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    pgqueue_queue.enqueue("shop.ship", {"args": [7]})
+    with psycopg.connect(pgqueue_dsn) as locker:
+        # A migration holding the table: the check's read would wait for it.
+        locker.execute(
+            sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(
+                sql.Identifier(pgqueue_queue.table)
+            )
+        )
+        status = cli.main(["check", f"{app}:queue", "--statement-timeout", "200"])
+        locker.rollback()
+
+    assert status == 1
+    assert "statement timeout" in capsys.readouterr().err

@@ -269,3 +269,23 @@ async def test_helpers_see_and_run_the_jobs_of_the_callers_transaction(
 
         assert drained.succeeded == [job_id] and ran == [job_id]
         await helpers.assert_not_enqueued(conn=conn)
+
+
+async def test_drain_lists_a_job_cancelled_while_it_ran(queue: Any, helpers: Helpers) -> None:
+    def cancels_itself(job: pgqueue.Job, q: Any) -> Any:
+        async def cancel_then_fail() -> None:
+            await q.cancel(job.id)
+            raise RuntimeError("stopped")
+
+        if helpers.backend != "sync":
+            return cancel_then_fail()
+        q.cancel(job.id)
+        raise RuntimeError("stopped")
+
+    job_id = await queue.enqueue("long", max_attempts=3)
+
+    drained = await helpers.drain({"long": helpers.handler(cancels_itself)})
+
+    assert drained.cancelled == [job_id]
+    assert drained.failed == drained.dead == drained.succeeded == []
+    assert await queue.get(job_id) is None

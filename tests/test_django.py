@@ -488,22 +488,26 @@ def _testing_helpers_case() -> type:
     """A `django.test.TestCase` of the helpers, made once Django is configured."""
     from django.test import TestCase
 
-    import tests.django_project.shop.jobs  # noqa: F401  (registers print_label)
     from pgqueue.contrib import django as pgq
-    from pgqueue.testing import assert_enqueued, drain
+    from pgqueue.contrib.django import testing as pgq_testing
     from tests.django_project.shop.models import Order, Ran
+    from tests.django_project.shop.tasks import send_receipt
 
     class CheckoutTests(TestCase):
         def test_checkout_enqueues_and_the_drain_runs_it(self) -> None:
             order = Order.objects.create(item="teapot")
             pgq.enqueue("print_label", {"order_id": order.pk})
+            send_receipt.enqueue(order.pk)  # a Django task, on pgqueue's backend
 
-            queue, conn = pgq.get_queue(), pgq.connection()
-            assert_enqueued(queue, "print_label", payload={"order_id": order.pk}, conn=conn)
-            drained = drain(queue, pgq.registered_handlers(), conn=conn)
+            pgq_testing.assert_enqueued("print_label", payload={"order_id": order.pk})
+            pgq_testing.assert_enqueued(queue="emails", count=1)
+            drained = pgq_testing.drain()
 
-            self.assertEqual(drained.dead, [])
-            self.assertEqual(Ran.objects.get().arg, str(order.pk))
+            self.assertEqual((len(drained.succeeded), drained.dead), (2, []))
+            ran = sorted(Ran.objects.values_list("what", flat=True))
+            self.assertEqual(ran, ["print_label", "send_receipt"])
+            self.assertTrue(Order.objects.get().receipt_sent)
+            pgq_testing.assert_not_enqueued()
 
     return CheckoutTests
 

@@ -2,7 +2,9 @@
 small project of its own run by pytest in a subprocess (with pytest-xdist).
 
 This suite's conftest gives the plugin its own server (``pgqueue_dsn``);
-the subprocess gets it through ``PGQUEUE_TEST_DSN``, as a user's CI would.
+the subprocess gets it through ``PGQUEUE_TEST_DSN``, as a user's CI would,
+and finds the plugin by pyproject's entry point alone (metadata written as
+an install writes it: the installed pgqueue here may be another tree's).
 """
 
 from __future__ import annotations
@@ -107,19 +109,34 @@ async def test_async_queue(pgqueue_async_queue):
 """
 
 
+def entry_points_only(site: Path) -> None:
+    """A distribution's metadata in ``site`` holding pyproject's pytest11
+    entry points, as an install writes them (the code comes from PYTHONPATH):
+    pytest finds the plugin the way it does once pgqueue is installed."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    plugins = project["project"]["entry-points"]["pytest11"]
+    info = site / "pgqueue_jobs-0.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: pgqueue-jobs\nVersion: 0.0\n")
+    lines = [f"{name} = {target}" for name, target in plugins.items()]
+    (info / "entry_points.txt").write_text("[pytest11]\n" + "\n".join(lines) + "\n")
+
+
 @pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
-def test_a_project_uses_the_fixtures_in_a_subprocess(
+def test_a_project_finds_the_fixtures_by_the_entry_point_in_a_subprocess(
     tmp_path: Path, empty_database: str, xdist: list[str]
 ) -> None:
-    (tmp_path / "test_shop.py").write_text(textwrap.dedent(PROJECT_TESTS))
-    env = {**os.environ, "PGQUEUE_TEST_DSN": empty_database, "PYTHONPATH": str(ROOT)}
-    env.pop("PYTEST_XDIST_WORKER", None)
-    # -p: this checkout's plugin, whether or not the installed pgqueue (an
-    # editable install of another tree) declares the entry point; the test
-    # above checks that pyproject does.
-    command = [sys.executable, "-m", "pytest", "-p", "pgqueue.testing.plugin",
-               "-p", "no:cacheprovider", "-q", *xdist, str(tmp_path)]  # fmt: skip
-    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "test_shop.py").write_text(textwrap.dedent(PROJECT_TESTS))
+    entry_points_only(tmp_path / "site")
+    path = os.pathsep.join([str(tmp_path / "site"), str(ROOT)])
+    env = {**os.environ, "PGQUEUE_TEST_DSN": empty_database, "PYTHONPATH": path}
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_DISABLE_PLUGIN_AUTOLOAD", "PYTEST_ADDOPTS"):
+        env.pop(name, None)
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *xdist,
+               str(project)]  # fmt: skip
+    done = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True)
 
     assert done.returncode == 0, done.stdout + done.stderr
     assert "6 passed" in done.stdout  # 4 + the async test on asyncio and trio

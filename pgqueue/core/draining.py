@@ -25,7 +25,15 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from .context import CURRENT, JobContext
-from .jobs import Job, JobStatus, encode_payload, validate_kind, validate_queue, validate_queues
+from .jobs import (
+    Job,
+    JobStatus,
+    encode_payload,
+    validate_kind,
+    validate_limit,
+    validate_queue,
+    validate_queues,
+)
 from .ops import Cycle, Failure, QueueCore
 from .plans import Operation, fetch
 from .queue.table import Table
@@ -218,7 +226,7 @@ class Drain:
         self.queues = validate_queues(queues)
         self.with_scheduled = with_scheduled
         self.worker = f"pgqueue.testing:{uuid.uuid4().hex[:8]}"
-        self.max_runs = max_runs
+        self.max_runs = validate_limit(max_runs, "max_runs")
         self.drained = Drained()
         # Whether the last turn recorded no outcome (and so saw every ready job).
         self.idle = False
@@ -229,11 +237,6 @@ class Drain:
 
     def turn(self) -> Operation[Cycle]:
         """Record the last run's outcome and claim the next ready job."""
-        if self.drained.ran >= self.max_runs:
-            raise RuntimeError(
-                f"drain ran {self.drained.ran} jobs and more are ready: do the handlers "
-                "enqueue jobs forever?"
-            )
         return self.core.turns.cycle(
             self._succeeded, self._failures, worker=self.worker, limit=1,
             queues=self.queues, results=self._results,
@@ -253,7 +256,15 @@ class Drain:
             else:
                 self.drained.failed.append(job_id)
         self._succeeded, self._failures, self._results = [], [], {}
-        return cycle.claimed[0] if cycle.claimed else None
+        if not cycle.claimed:
+            return None
+        if self.drained.ran >= self.max_runs:
+            job = cycle.claimed[0]
+            raise RuntimeError(
+                f"drain ran {self.drained.ran} jobs and claimed one more ({job.id}, "
+                f"{job.kind}): do the handlers enqueue jobs forever?"
+            )
+        return cycle.claimed[0]
 
     def promote(self) -> Operation[int]:
         """`with_scheduled`: make the jobs due later due now; how many there were."""

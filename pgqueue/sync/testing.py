@@ -87,6 +87,7 @@ def drain(
     queues: Iterable[str] | None = None,
     with_scheduled: bool = False,
     conn: CallerConnection | None = None,
+    max_runs: int = draining.MAX_RUNS,
 ) -> Drained:
     """Run the ready jobs one at a time, here, until none is ready; say what ran.
 
@@ -99,11 +100,13 @@ def drain(
     handler is awaited in this task, a plain one runs in a worker thread,
     each in its job's `pgqueue.job_context()`. ``conn`` runs the claims
     and outcomes on the caller's connection (inside its transaction).
+    After ``max_runs`` runs, one more ready job raises `RuntimeError`
+    (handlers that enqueue jobs forever).
     """
     checked = _checked(q)
     driver = checked._driver
     run = draining.Drain(checked.core, checked.tasks.handlers(handlers), queues=queues,
-                         with_scheduled=with_scheduled)  # fmt: skip
+                         with_scheduled=with_scheduled, max_runs=max_runs)  # fmt: skip
     while True:
         job = run.took(driver.run(run.turn(), conn))
         if job is not None:

@@ -289,3 +289,13 @@ async def test_drain_lists_a_job_cancelled_while_it_ran(queue: Any, helpers: Hel
     assert drained.cancelled == [job_id]
     assert drained.failed == drained.dead == drained.succeeded == []
     assert await queue.get(job_id) is None
+
+
+async def test_drain_stops_handlers_that_enqueue_jobs_forever(queue: Any, helpers: Helpers) -> None:
+    def again(job: pgqueue.Job, q: Any) -> Any:
+        return q.enqueue("again")
+
+    await queue.enqueue("again")
+
+    with pytest.raises(RuntimeError, match="enqueue jobs forever"):
+        await helpers.drain({"again": helpers.handler(again)}, max_runs=5)

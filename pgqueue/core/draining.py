@@ -123,7 +123,8 @@ def enqueued_message(
 def describe_wanted(
     verb: str, kind: str | None, payload: Any, queue: str | None, count: int | None
 ) -> str:
-    """``"expected 2 jobs send_receipt with payload ⊇ {...}"``, for a message."""
+    """``expected 2 job(s) of kind 'send_receipt' with payload containing {...}``,
+    for an assertion's message."""
     what = f"{count} job(s)" if count is not None else "a job"
     parts = [f"{verb} {what} of kind {kind!r}" if kind is not None else f"{verb} {what}"]
     if payload is not None:

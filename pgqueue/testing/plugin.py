@@ -55,8 +55,17 @@ def pgqueue_dsn() -> Iterator[str]:
     if dsn:
         yield dsn
         return
-    with EmbeddedPostgres(settings=SERVER_SETTINGS) as embedded:
+    server = EmbeddedPostgres(settings=SERVER_SETTINGS)
+    try:
+        embedded = server.start()
+    except RuntimeError as exc:  # the embedded extra is not installed
+        server.stop()
+        pytest.fail(f"pgqueue_dsn: set PGQUEUE_TEST_DSN to a server's DSN, or {exc}",
+                    pytrace=False)  # fmt: skip
+    try:
         yield embedded
+    finally:
+        server.stop()
 
 
 def unique_table_name() -> str:

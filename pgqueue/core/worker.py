@@ -145,6 +145,14 @@ class Pace:
             return self.batch_size
         return int(finished / self.run_time)
 
+    def low_water(self) -> int:
+        """How few jobs may be left unstarted, with every runner busy and no
+        claim in flight, before `size` asks for more: the runners wake the
+        fetcher there, so that the claim lands before they run dry (-1 with
+        nothing held ahead: a runner asks once it is free)."""
+        ahead = self.ahead()
+        return ahead - max(1, min(ahead, self.limit) // 2)
+
     def size(self, held: int, starved: bool) -> int:
         """How many jobs to claim now, ``held`` being claimed, running or on
         their way (0: no claim yet): enough for every runner and `ahead`

@@ -62,14 +62,15 @@ class Fetcher:
     reporter: Reporter
     demand: Wakeup  # set by the runners at their low-water mark, and by claims as they land
     progress: Broadcast  # notified by the runners and the completer
+    # How many jobs to hold: the completer reports run times (`Pace.ran`),
+    # the runners read the low-water mark; written here only.
+    pace: Pace
     wakeup: Wakeup = field(default_factory=Wakeup)  # set by the notifier and the reaper
     # Set once a claim has come back (done or failed): the notifier waits
     # for it, so that LISTEN never takes the connection a claim needs first.
     reached: anyio.Event = field(default_factory=anyio.Event)
     _in_flight: int = field(default=0, init=False)
     _coming: int = field(default=0, init=False)  # the most jobs the claims in flight may bring
-    # How many jobs to hold: the completer reports run times (`Pace.ran`).
-    pace: Pace = field(init=False)
     _starved: bool = field(default=False, init=False)  # the runners ran dry waiting last time
     _alone: bool = field(default=False, init=False)  # an orphan is held or running
     # An outcome that frees a limit's slot waits to be written, or was just
@@ -91,7 +92,6 @@ class Fetcher:
     shields: Shields = field(default_factory=Shields, init=False)
 
     def __post_init__(self) -> None:
-        self.pace = Pace(self.settings.concurrency, self.settings.batch_size)
         # A worker (re)started after a crash looks at once: the orphans may be its own.
         self._next_orphan_look = anyio.current_time()
 
@@ -195,7 +195,7 @@ class Fetcher:
             # Ran dry waiting: claim earlier. Plenty left: claim later.
             if self.ledger.unstarted == 0:
                 self._starved = not short
-            elif self.ledger.unstarted > self.runners.low_water:
+            elif self.ledger.unstarted > self.pace.low_water():
                 self._starved = False
             jobs = await self._new_to_this_worker(jobs)
             if self.reporter.wanted:

@@ -113,3 +113,22 @@ def test_the_low_water_mark_of_20_ms_handlers_on_16_runners() -> None:
     pace = Pace(concurrency=16, batch_size=100)
     pace.ran(0.02)
     assert (pace.ahead(), pace.low_water()) == (8, 4)  # claimed with 4 left, 8 ahead
+
+
+@given(
+    concurrency=st.integers(1, 64),
+    batch_size=st.integers(1, 500),
+    run_time=st.floats(0.000_001, 5.0),
+    round_trip=st.floats(0.000_1, 0.1),
+)
+def test_claims_come_in_a_handful_of_sizes(
+    concurrency: int, batch_size: int, run_time: float, round_trip: float
+) -> None:
+    # Each size is a statement of its own, planned until it is prepared.
+    pace = Pace(concurrency=concurrency, batch_size=batch_size, round_trip=round_trip)
+    pace.ran(run_time)
+    sizes = {pace.size(held, starved) for held in range(0, 700) for starved in (False, True)}
+    sizes.discard(0)
+    shapes = {1 << n for n in range(10)} | {concurrency, batch_size}
+    assert sizes <= shapes
+    assert all(size <= batch_size for size in sizes)

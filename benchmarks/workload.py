@@ -465,11 +465,12 @@ def case_table(case: Case, rows: list[dict[str, Any]], repeat: int) -> list[str]
         f"{'busy':>6}{'mean ms':>9}"
     )
     for r in rows:
-        efficiency = f"{r['efficiency']:.2f}" if r["efficiency"] is not None else "-"
+        timed = r["efficiency"] is not None  # trivial jobs: nothing to say
+        efficiency = f"{r['efficiency']:.2f}" if timed else "-"
+        busy, mean = (f"{r['busy']:.2f}", f"{r['mean_ms']:.2f}") if timed else ("-", "-")
         lines.append(
             f"{r['contender']:<22}{HANDLER_LABELS[r['handler']]:<10}"
-            f"{r['jobs_per_s']:>9,.0f}{efficiency:>12}{r['peak']:>6}"
-            f"{r['busy']:>6.2f}{r['mean_ms']:>9.2f}"
+            f"{r['jobs_per_s']:>9,.0f}{efficiency:>12}{r['peak']:>6}{busy:>6}{mean:>9}"
         )
     return lines
 

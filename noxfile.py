@@ -231,5 +231,6 @@ def typecheck(session: nox.Session) -> None:
         ".[embedded,prometheus,otel,django,web,fastapi,sqlalchemy,flask]",
         "mypy",
         "django-stubs",
+        "pytest",  # pgqueue.testing.plugin
     )
     session.run("mypy", "--strict", "pgqueue")

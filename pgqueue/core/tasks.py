@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 from typing import Any, Generic, ParamSpec, TypedDict, TypeVar
 
 from .jobs import DEFAULT_QUEUE, Job, JobSpec, validate_kind, validate_spec
+from .typed import PayloadMismatch, SignatureCodecs, signature_codecs
 
 __all__ = [
     "TaskCallError",
@@ -161,15 +162,26 @@ class TaskCallError(TypeError):
 
 
 def task_payload(
-    signature: inspect.Signature, kind: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    signature: inspect.Signature,
+    kind: str,
+    args: tuple[Any, ...] | list[Any],
+    kwargs: Mapping[str, Any],
+    codecs: SignatureCodecs | None = None,
 ) -> dict[str, Any]:
-    """The payload of one call: its arguments, bound against ``signature`` and
+    """The payload of one call: its arguments, bound against ``signature``,
+    encoded by their annotations (``codecs``: `pgqueue.core.typed`) and
     checked to come back from JSON as they went in; TypeError or ValueError
     naming the argument otherwise."""
     try:
         bound = signature.bind(*args, **kwargs)
     except TypeError as exc:
         raise TypeError(f"bad arguments for task {kind}: {exc}") from None
+    if codecs is not None:
+        try:
+            args, kwargs = codecs.encode(args, kwargs)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"task {kind}: {exc}") from None
+        bound = signature.bind(*args, **kwargs)
     for name, value in bound.arguments.items():
         _check_json(value, name, kind, set())
     # Stored as given: `bind` took the call, so the function takes it too.
@@ -259,6 +271,8 @@ class TaskDefinition(Generic[P, R]):
         except (TypeError, ValueError) as exc:
             raise TypeError(f"cannot read the signature of task {self.kind}: {exc}") from None
         self.is_async = inspect.iscoroutinefunction(fn)
+        # Typed parameters (`pgqueue.core.typed`): encoded at enqueue, decoded to run.
+        self.codecs = signature_codecs(fn, self.signature)
         if "run_at" in defaults:
             raise TypeError("a task's run_at is given per call: task.options(run_at=...)")
         self.options = TaskOptions().changed(self.kind, defaults)
@@ -266,7 +280,19 @@ class TaskDefinition(Generic[P, R]):
 
     def payload(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
         """The payload of a call with these arguments (see `task_payload`)."""
-        return task_payload(self.signature, self.kind, args, kwargs)
+        return task_payload(self.signature, self.kind, args, kwargs, self.codecs)
+
+    def arguments(self, job: Job) -> tuple[list[Any], dict[str, Any]]:
+        """The arguments a job of the task carries, decoded into their types;
+        `TaskCallError` or `pgqueue.core.typed.PayloadMismatch` (naming the
+        field) when they no longer fit."""
+        args, kwargs = call_arguments(job)
+        if self.codecs is None:
+            return args, kwargs
+        try:
+            return self.codecs.decode(args, kwargs)
+        except PayloadMismatch as exc:
+            raise PayloadMismatch(f"job {job.id} of task {job.kind}: {exc}") from None
 
     def spec(
         self, options: TaskOptions, args: tuple[Any, ...], kwargs: Mapping[str, Any]
@@ -310,14 +336,14 @@ class TaskDefinition(Generic[P, R]):
         if self.is_async:
 
             async def run_async_task(job: Job) -> Any:
-                args, kwargs = call_arguments(job)
+                args, kwargs = self.arguments(job)
                 return await fn(*args, **kwargs)
 
             handler = run_async_task
         else:
 
             def run_task(job: Job) -> Any:
-                args, kwargs = call_arguments(job)
+                args, kwargs = self.arguments(job)
                 return fn(*args, **kwargs)
 
             handler = run_task

@@ -313,3 +313,21 @@ def test_cancel_says_how_many_jobs_that_waited_went_and_jobs_lists_waiting_ones(
         f"removed 1 job (waiting or dead): {parent}",
         "cancelled 2 jobs that waited for them (depends_on)",
     ]
+
+
+def test_enqueue_with_depends_on_writes_a_waiting_job(
+    run: Cli, queue: pgqueue.Queue, raw: Raw
+) -> None:
+    first, second = queue.enqueue("a"), queue.enqueue("b")
+    ran = run("enqueue", "c", "--depends-on", str(first), "--depends-on", str(second))
+    assert ran.code == 0, ran
+    job = max(queue.jobs(), key=lambda j: j.id)
+    assert ran.out == f"enqueued job {job.id} (c), waiting for job {first}, {second}\n"
+    assert job.status is pgqueue.JobStatus.WAITING
+    data = run("enqueue", "c", "--depends-on", str(first), "--json").json()
+    assert data["depends_on"] == [first]
+    # A job that never existed: nothing written.
+    before = snapshot(raw)
+    assert_usage_error(run("enqueue", "c", "--depends-on", "999999999"), "999999999")
+    assert_usage_error(run("enqueue", "c", "--depends-on", "x"), "not a job id")
+    assert snapshot(raw) == before

@@ -220,6 +220,7 @@ def test_enqueue_writes_the_job_and_prints_its_id(run: Cli, queue: pgqueue.Queue
         "duplicate": False,
         "replaced": False,
         "limit_key": None,
+        "depends_on": [],
         "result_ttl_seconds": None,
     }
     ping = queue.get(new["id"])

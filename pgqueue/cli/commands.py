@@ -92,6 +92,7 @@ def _job_options(args: argparse.Namespace) -> dict[str, Any]:
         "on_duplicate": args.on_duplicate,
         "result_ttl": args.result_ttl,
         "limit_key": args.limit_key,
+        "depends_on": args.depends_on,
     }
 
 
@@ -120,7 +121,10 @@ def cmd_enqueue(queue: Queue, args: argparse.Namespace) -> int:
 
     def enqueue(on_duplicate: str) -> int:
         options = {**_job_options(args), "on_duplicate": on_duplicate}
-        return queue.enqueue(args.kind, args.payload, **options)
+        try:
+            return queue.enqueue(args.kind, args.payload, **options)
+        except ValueError as exc:  # a dependency that never existed: nothing written
+            raise UsageError(str(exc)) from None
 
     def done(job_id: int, text: str, *, duplicate: bool = False, replaced: bool = False) -> int:
         data = {
@@ -132,6 +136,7 @@ def cmd_enqueue(queue: Queue, args: argparse.Namespace) -> int:
             "duplicate": duplicate,
             "replaced": replaced,
             "limit_key": args.limit_key,
+            "depends_on": args.depends_on or [],
             "result_ttl_seconds": (
                 None if args.result_ttl is None else args.result_ttl.total_seconds()
             ),
@@ -170,6 +175,8 @@ def cmd_enqueue(queue: Queue, args: argparse.Namespace) -> int:
         where += f" under limit {args.limit_key}"
     if args.result_ttl is not None:
         due += f", its result kept {format_duration(args.result_ttl)}"
+    if args.depends_on:
+        due += f", waiting for job {', '.join(map(str, args.depends_on))}"
     return done(new_id, f"enqueued job {new_id} ({args.kind}){where}{due}")
 
 

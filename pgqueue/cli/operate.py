@@ -232,6 +232,13 @@ def add_operator_commands(commands: Any) -> None:
         help="count the job against this key's limit of running jobs (`pgqueue limits set`; "
         "one at a time until set)",
     )
+    control.add_argument(
+        "--depends-on",
+        type=job_id,
+        action="append",
+        metavar="ID",
+        help="wait until this job has succeeded (repeat for several; see docs/workflows.md)",
+    )
 
     stats = leaf(
         commands,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Generic, ParamSpec, TypedDict, TypeVar
@@ -41,6 +41,9 @@ R = TypeVar("R")
 # The payload's two keys: the positional and the keyword arguments of the call.
 ARGS, KWARGS = "args", "kwargs"
 
+# The job options a task takes per call (`AsyncTask.options`), not as defaults.
+PER_CALL = frozenset({"run_at", "depends_on"})
+
 # A job option given as a function of the task's arguments (``unique_key``, ``limit_key``).
 KeyFunction = Callable[..., str]
 
@@ -62,9 +65,11 @@ class TaskDefaults(TypedDict, total=False):
 
 
 class TaskOverrides(TaskDefaults, total=False):
-    """The job options `AsyncTask.options` takes: the decorator's, and ``run_at``."""
+    """The job options `AsyncTask.options` takes: the decorator's, and those
+    given per call, ``run_at`` and ``depends_on``."""
 
     run_at: datetime | None
+    depends_on: Sequence[int] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +89,7 @@ class TaskOptions:
     on_duplicate: str = "return"
     result_ttl: timedelta | None = None
     limit_key: str | KeyFunction | None = None
+    depends_on: Sequence[int] | None = None
 
     def changed(self, kind: str, changes: Mapping[str, Any]) -> TaskOptions:
         """These options with ``changes`` applied, checked as ``enqueue`` checks
@@ -114,8 +120,8 @@ class TaskOptions:
                       max_attempts=self.max_attempts, queue=self.queue, priority=self.priority,
                       unique_key=_stand_in(self.unique_key), unique=self.unique,
                       unique_for=self.unique_for, on_duplicate=self.on_duplicate,
-                      result_ttl=self.result_ttl,
-                      limit_key=_stand_in(self.limit_key))  # fmt: skip
+                      result_ttl=self.result_ttl, limit_key=_stand_in(self.limit_key),
+                      depends_on=self.depends_on)  # fmt: skip
 
     def spec(
         self, kind: str, payload: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]
@@ -130,7 +136,8 @@ class TaskOptions:
         # Positional: a batch makes one per job, and keywords cost twice as much.
         return JobSpec(kind, payload, self.run_at, self.delay, self.max_attempts, self.queue,
                        self.priority, unique_key, self.unique, self.unique_for,
-                       self.on_duplicate, self.result_ttl, limit_key)  # fmt: skip
+                       self.on_duplicate, self.result_ttl, limit_key,
+                       self.depends_on)  # fmt: skip
 
 
 def _stand_in(value: str | KeyFunction | None) -> str | None:
@@ -273,8 +280,8 @@ class TaskDefinition(Generic[P, R]):
         self.is_async = inspect.iscoroutinefunction(fn)
         # Typed parameters (`pgqueue.core.typed`): encoded at enqueue, decoded to run.
         self.codecs = signature_codecs(fn, self.signature)
-        if "run_at" in defaults:
-            raise TypeError("a task's run_at is given per call: task.options(run_at=...)")
+        for name in PER_CALL.intersection(defaults):
+            raise TypeError(f"a task's {name} is given per call: task.options({name}=...)")
         self.options = TaskOptions().changed(self.kind, defaults)
         self._handler = self._make_handler()
 

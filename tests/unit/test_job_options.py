@@ -11,12 +11,11 @@ from typing import Any, get_type_hints
 
 import pgqueue
 from pgqueue.cli import build_parser
-from pgqueue.core.tasks import TaskDefaults, TaskOverrides
+from pgqueue.core.tasks import PER_CALL, TaskDefaults, TaskOverrides
 
-# What describes a job but is not one of its options, and what a task fixes
-# per call rather than by default.
+# What describes a job but is not one of its options (a task takes
+# `PER_CALL` options per call, not as defaults).
 NOT_OPTIONS = {"kind", "payload", "conn"}
-PER_CALL = {"run_at"}
 
 
 def keywords(function: Any) -> set[str]:

@@ -231,6 +231,7 @@ def typecheck(session: nox.Session) -> None:
         ".[test,embedded,prometheus,otel,django,web,fastapi,sqlalchemy,flask]",
         "mypy",
         "django-stubs",
+        "pytest",  # pgqueue.testing.plugin
     )
     session.run("mypy", "--strict", "pgqueue")
     session.run(

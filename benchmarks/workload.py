@@ -360,6 +360,7 @@ def intervals_result(lines: list[str], jobs: int) -> dict[str, Any]:
         "jobs": jobs,
         "seconds": max(e for _, e in spans) - min(s for s, _ in spans),
         "peak": peak,
+        "busy_seconds": sum(end - start for start, end in spans),
         "latencies_ms": [],
         "processes_seen": len(pids),
     }
@@ -428,6 +429,13 @@ def summary(case: Case, contender: Contender) -> dict[str, Any]:
         "ideal_jobs_per_s": ideal,
         "efficiency": case.jobs / seconds / ideal if ideal else None,
         "peak": max(r["peak"] for r in runs),
+        # What the handlers really took, and the share of the slots' time
+        # they ran: efficiency below busy is the worker's gaps, busy below 1
+        # with a mean above the nominal one is the handlers' own overrun.
+        "mean_ms": statistics.median(1000 * r["busy_seconds"] / case.jobs for r in runs),
+        "busy": statistics.median(
+            r["busy_seconds"] / r["seconds"] / (case.slots * contender.processes) for r in runs
+        ),
         "runs": runs,
     }
     if case.burst_size:
@@ -452,12 +460,17 @@ def case_table(case: Case, rows: list[dict[str, Any]], repeat: int) -> list[str]
                 f"{r['peak']:>6}"
             )
         return lines
-    lines.append(f"{'contender':<22}{'handler':<10}{'jobs/s':>9}{'efficiency':>12}{'peak':>6}")
+    lines.append(
+        f"{'contender':<22}{'handler':<10}{'jobs/s':>9}{'efficiency':>12}{'peak':>6}"
+        f"{'busy':>6}{'mean ms':>9}"
+    )
     for r in rows:
-        efficiency = f"{r['efficiency']:.2f}" if r["efficiency"] is not None else "-"
+        timed = r["efficiency"] is not None  # trivial jobs: nothing to say
+        efficiency = f"{r['efficiency']:.2f}" if timed else "-"
+        busy, mean = (f"{r['busy']:.2f}", f"{r['mean_ms']:.2f}") if timed else ("-", "-")
         lines.append(
             f"{r['contender']:<22}{HANDLER_LABELS[r['handler']]:<10}"
-            f"{r['jobs_per_s']:>9,.0f}{efficiency:>12}{r['peak']:>6}"
+            f"{r['jobs_per_s']:>9,.0f}{efficiency:>12}{r['peak']:>6}{busy:>6}{mean:>9}"
         )
     return lines
 
@@ -570,7 +583,8 @@ def main(argv: list[str] | None = None) -> int:
         print()
     print(
         "peak: the most handlers running at once (every start and end counted); "
-        "time: first handler start to last handler end"
+        "time: first handler start to last handler end; busy: the share of the slots' "
+        "time that handlers ran; mean ms: what a handler really took"
     )
     leave_stuck_threads_behind()
     return 0

@@ -43,14 +43,18 @@ class Case:
         return len(self.durations)
 
     @property
+    def slots(self) -> int:
+        """How many handlers may run at once (per process)."""
+        return 1 if self.cpu_bound else min(self.concurrency, self.limit or self.concurrency)
+
+    @property
     def ideal(self) -> float | None:
         """Jobs/s if every runner (or limit slot; CPU-bound: each process)
         were busy all the time; None where it has no meaning (bursts: the
         arrival rate; trivial jobs)."""
         if self.burst_size or not any(self.durations):
             return None
-        slots = 1 if self.cpu_bound else min(self.concurrency, self.limit or self.concurrency)
-        return slots / statistics.fmean(self.durations)
+        return self.slots / statistics.fmean(self.durations)
 
 
 def mixed_durations(jobs: int, short: float, long: float, long_share: float) -> tuple[float, ...]:
@@ -151,6 +155,7 @@ class Tracker:
         self.running = self.peak = self.done = 0
         self.first_start: float | None = None
         self.last_end = 0.0
+        self.busy = 0.0  # handler seconds, summed over the jobs
         self.started: dict[int, float] = {}
         self.committed: dict[int, float] = {}
         self.warm = threading.Event()
@@ -174,6 +179,7 @@ class Tracker:
             self.running -= 1
             self.done += 1
             self.last_end = time.perf_counter()
+            self.busy += self.last_end - self.started[n]
             finished = self.done == self.expected
         if finished:
             self.on_done()
@@ -189,6 +195,7 @@ class Tracker:
             "jobs": self.done,
             "seconds": self.last_end - self.first_start,
             "peak": self.peak,
+            "busy_seconds": self.busy,
             "latencies_ms": latencies,
         }
 

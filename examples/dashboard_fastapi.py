@@ -1,7 +1,7 @@
 """pgqueue's web dashboard mounted in a FastAPI app, under /pgqueue.
 
     pip install 'pgqueue-jobs[web]' fastapi uvicorn
-    export PGQUEUE_DSN=postgresql://localhost/shop DASHBOARD_TOKEN=change-me
+    export PGQUEUE_DSN=$(pgqueue embedded start) DASHBOARD_TOKEN=change-me
     uvicorn examples.dashboard_fastapi:app
 
 Requests to /pgqueue/... need ``Authorization: Bearer $DASHBOARD_TOKEN`` (admin)
@@ -23,9 +23,11 @@ from collections.abc import AsyncIterator
 from fastapi import FastAPI
 
 import pgqueue
+from pgqueue.embedded import local_dsn
 from pgqueue.web import ADMIN, READ, Dashboard, Request
 
-DSN = os.environ.get("PGQUEUE_DSN", "postgresql://localhost/shop")
+# Unset, the local server that `pgqueue embedded start` keeps (started if need be).
+DSN = os.environ.get("PGQUEUE_DSN") or local_dsn()
 TABLE = os.environ.get("PGQUEUE_TABLE", "pgqueue_jobs")
 
 
@@ -101,4 +103,4 @@ if __name__ == "__main__":
     else:
         parser.print_help()
 else:
-    app = create_app() if os.environ.get("PGQUEUE_DSN") else None
+    app = create_app()

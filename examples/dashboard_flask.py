@@ -1,7 +1,7 @@
 """pgqueue's web dashboard mounted in a Flask app, under /pgqueue (WSGI).
 
     pip install 'pgqueue-jobs[web]' flask
-    export PGQUEUE_DSN=postgresql://localhost/shop DASHBOARD_USER=ops DASHBOARD_PASSWORD=change-me
+    export PGQUEUE_DSN=$(pgqueue embedded start) DASHBOARD_USER=ops DASHBOARD_PASSWORD=change-me
     flask --app examples/dashboard_flask.py run
 
 The dashboard is WSGI middleware in front of the Flask app: requests under
@@ -23,9 +23,11 @@ from flask import Flask
 from werkzeug.middleware.dispatcher import DispatcherMiddleware
 
 import pgqueue
+from pgqueue.embedded import local_dsn
 from pgqueue.web import ADMIN, Dashboard, Request
 
-DSN = os.environ.get("PGQUEUE_DSN", "postgresql://localhost/shop")
+# Unset, the local server that `pgqueue embedded start` keeps (started if need be).
+DSN = os.environ.get("PGQUEUE_DSN") or local_dsn()
 TABLE = os.environ.get("PGQUEUE_TABLE", "pgqueue_jobs")
 
 
@@ -100,4 +102,4 @@ if __name__ == "__main__":
     else:
         parser.print_help()
 else:
-    app = create_app() if os.environ.get("PGQUEUE_DSN") else None
+    app = create_app()

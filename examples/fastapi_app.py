@@ -1,7 +1,7 @@
 """pgqueue in a FastAPI app: an order and its receipt job commit in one SQLAlchemy transaction.
 
     pip install 'pgqueue-jobs[fastapi,sqlalchemy]' uvicorn
-    export PGQUEUE_DSN=postgresql://localhost/shop
+    export PGQUEUE_DSN=$(pgqueue embedded start)   # or your server's DSN
     uvicorn examples.fastapi_app:app        # the app, with its worker in its lifespan
     python examples/fastapi_app.py          # the same
 
@@ -39,8 +39,10 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 import pgqueue
 from pgqueue.contrib.sqlalchemy import async_psycopg_connection
 from pgqueue.contrib.starlette import get_queue, running
+from pgqueue.embedded import local_dsn
 
-DSN = os.environ.get("PGQUEUE_DSN", "postgresql://localhost/shop")
+# Unset, the local server that `pgqueue embedded start` keeps (started if need be).
+DSN = os.environ.get("PGQUEUE_DSN") or local_dsn()
 TABLE = os.environ.get("PGQUEUE_TABLE", "fastapi_jobs")
 
 

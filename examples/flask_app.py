@@ -1,7 +1,7 @@
 """pgqueue in a Flask app: an order and its receipt job commit in one transaction.
 
     pip install 'pgqueue-jobs[flask]'
-    export PGQUEUE_DSN=postgresql://localhost/shop
+    export PGQUEUE_DSN=$(pgqueue embedded start)   # or your server's DSN
     python examples/flask_app.py --init-db                        # the tables (idempotent)
     flask --app examples/flask_app.py run                         # the web app
     flask --app examples/flask_app.py pgqueue worker              # its worker, in another shell
@@ -35,8 +35,10 @@ from psycopg import sql
 
 import pgqueue
 from pgqueue.contrib.flask import PgQueue
+from pgqueue.embedded import local_dsn
 
-DSN = os.environ.get("PGQUEUE_DSN", "postgresql://localhost/shop")
+# Unset, the local server that `pgqueue embedded start` keeps (started if need be).
+DSN = os.environ.get("PGQUEUE_DSN") or local_dsn()
 TABLE = os.environ.get("PGQUEUE_TABLE", "flask_jobs")
 ORDERS = sql.Identifier(f"{TABLE}_orders")
 RECEIPTS = sql.Identifier(f"{TABLE}_receipts")

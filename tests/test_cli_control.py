@@ -56,7 +56,12 @@ def test_cancel_json_and_ids_not_in_the_queue_exit_1(run: Cli, queue: pgqueue.Qu
 
     ran = run("cancel", str(pending), str(gone), "--json")
     assert ran.code == 1, ran
-    assert ran.json() == {"deleted": [pending], "requested": [], "not_found": [gone]}
+    assert ran.json() == {
+        "deleted": [pending],
+        "requested": [],
+        "not_found": [gone],
+        "dependents": 0,
+    }
     assert ran.err == (
         f"pgqueue cancel: job {gone} not cancelled: not in {queue.table} "
         "(it finished, or never existed)\n"
@@ -286,3 +291,43 @@ def test_jobs_show_prints_the_limit_key_result_ttl_and_a_cancel_request(
         None,
         False,
     )
+
+
+def test_cancel_says_how_many_jobs_that_waited_went_and_jobs_lists_waiting_ones(
+    run: Cli, queue: pgqueue.Queue
+) -> None:
+    parent = queue.enqueue("parent")
+    ids = queue.chain(("child", None), ("grandchild", None))
+    child = queue.enqueue("child", depends_on=[parent])
+    queue.enqueue("grandchild", depends_on=[child])
+
+    listed = run("jobs", "list", "--status", "waiting", "--json")
+    assert listed.code == 0, listed
+    assert sorted(j["id"] for j in listed.json()) == sorted([ids[1], child, child + 1])
+    shown = run("jobs", "show", str(child))
+    assert f"waits for   {parent}" in shown.lines
+
+    ran = run("cancel", str(parent))
+    assert ran.code == 0, ran
+    assert ran.lines == [
+        f"removed 1 job (waiting or dead): {parent}",
+        "cancelled 2 jobs that waited for them (depends_on)",
+    ]
+
+
+def test_enqueue_with_depends_on_writes_a_waiting_job(
+    run: Cli, queue: pgqueue.Queue, raw: Raw
+) -> None:
+    first, second = queue.enqueue("a"), queue.enqueue("b")
+    ran = run("enqueue", "c", "--depends-on", str(first), "--depends-on", str(second))
+    assert ran.code == 0, ran
+    job = max(queue.jobs(), key=lambda j: j.id)
+    assert ran.out == f"enqueued job {job.id} (c), waiting for job {first}, {second}\n"
+    assert job.status is pgqueue.JobStatus.WAITING
+    data = run("enqueue", "c", "--depends-on", str(first), "--json").json()
+    assert data["depends_on"] == [first]
+    # A job that never existed: nothing written.
+    before = snapshot(raw)
+    assert_usage_error(run("enqueue", "c", "--depends-on", "999999999"), "999999999")
+    assert_usage_error(run("enqueue", "c", "--depends-on", "x"), "not a job id")
+    assert snapshot(raw) == before

@@ -220,6 +220,7 @@ def test_enqueue_writes_the_job_and_prints_its_id(run: Cli, queue: pgqueue.Queue
         "duplicate": False,
         "replaced": False,
         "limit_key": None,
+        "depends_on": [],
         "result_ttl_seconds": None,
     }
     ping = queue.get(new["id"])
@@ -271,9 +272,9 @@ def test_stats_prints_counts_oldest_wait_and_jobs_past_their_lease(
     assert ran.out.startswith(f"queue {table}\n")
     for line in ["pending     2", "running     1", "dead        1", "total       4"]:
         assert line in ran.lines
-    assert "KIND  PENDING  RUNNING  DEAD" in ran.lines
-    assert "mail        1        1     0" in ran.lines
-    assert "sms         1        0     1" in ran.lines
+    assert "KIND  PENDING  RUNNING  DEAD  WAITING" in ran.lines
+    assert "mail        1        1     0        0" in ran.lines
+    assert "sms         1        0     1        0" in ran.lines
     assert "running past their lease (5m): 1" in ran.lines
     [waiting] = [line for line in ran.lines if line.startswith("oldest ready job waiting: ")]
     assert waiting.removeprefix("oldest ready job waiting: ").startswith("2h")
@@ -284,13 +285,13 @@ def test_stats_prints_counts_oldest_wait_and_jobs_past_their_lease(
     assert data == {
         "table": table,
         "total": 4,
-        "by_status": {"pending": 2, "running": 1, "dead": 1},
+        "by_status": {"pending": 2, "running": 1, "dead": 1, "waiting": 0},
         "by_kind": {
-            "mail": {"pending": 1, "running": 1, "dead": 0},
-            "sms": {"pending": 1, "running": 0, "dead": 1},
+            "mail": {"pending": 1, "running": 1, "dead": 0, "waiting": 0},
+            "sms": {"pending": 1, "running": 0, "dead": 1, "waiting": 0},
         },
-        "by_queue": {"default": {"pending": 2, "running": 1, "dead": 1}},
-        "by_priority": {"0": {"pending": 2, "running": 1, "dead": 1}},
+        "by_queue": {"default": {"pending": 2, "running": 1, "dead": 1, "waiting": 0}},
+        "by_priority": {"0": {"pending": 2, "running": 1, "dead": 1, "waiting": 0}},
         "expired": 0,  # locked 10 minutes ago: within a 15 minute lease
         "visibility_timeout_seconds": 900.0,
         "estimated": [],

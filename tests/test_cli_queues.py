@@ -31,28 +31,28 @@ def test_queues_list_shows_every_queue_paused_or_not_with_its_jobs(
     ran = run("queues", "list")
     assert ran.code == 0, ran
     assert ran.lines == [
-        "QUEUE    PAUSED  PENDING  RUNNING  DEAD",
-        "default  no            2        0     1",
-        "mail     no            2        1     0",
-        "reports  yes           0        0     0",
+        "QUEUE    PAUSED  PENDING  RUNNING  DEAD  WAITING",
+        "default  no            2        0     1        0",
+        "mail     no            2        1     0        0",
+        "reports  yes           0        0     0        0",
     ]
     assert run("queues", "list", "--json").json() == [
         {
             "name": "default",
             "paused": False,
-            "by_status": {"pending": 2, "running": 0, "dead": 1},
+            "by_status": {"pending": 2, "running": 0, "dead": 1, "waiting": 0},
             "estimated": [],
         },
         {
             "name": "mail",
             "paused": False,
-            "by_status": {"pending": 2, "running": 1, "dead": 0},
+            "by_status": {"pending": 2, "running": 1, "dead": 0, "waiting": 0},
             "estimated": [],
         },
         {
             "name": "reports",
             "paused": True,
-            "by_status": {"pending": 0, "running": 0, "dead": 0},
+            "by_status": {"pending": 0, "running": 0, "dead": 0, "waiting": 0},
             "estimated": [],
         },
     ]
@@ -73,7 +73,7 @@ def test_queues_pause_holds_the_queues_jobs_and_resume_lets_them_be_claimed(
     paused = run("queues", "pause", "mail")
     assert paused.code == 0, paused
     assert paused.out == (
-        "queue mail paused (1 pending, 0 running, 0 dead): "
+        "queue mail paused (1 pending, 0 running, 0 dead, 0 waiting): "
         "no worker claims its jobs until it is resumed\n"
     )
     assert [j.id for j in queue.claim(10, worker="w")] == [other]
@@ -81,13 +81,16 @@ def test_queues_pause_holds_the_queues_jobs_and_resume_lets_them_be_claimed(
     assert run("queues", "pause", "mail", "--json").json() == {
         "name": "mail",
         "paused": True,
-        "by_status": {"pending": 1, "running": 0, "dead": 0},
+        "by_status": {"pending": 1, "running": 0, "dead": 0, "waiting": 0},
         "estimated": [],
     }
     assert queue.claim(10, worker="w") == []
 
     resumed = run("queues", "resume", "mail")
-    assert (resumed.code, resumed.out) == (0, "queue mail resumed (1 pending, 0 running, 0 dead)\n")
+    assert (resumed.code, resumed.out) == (
+        0,
+        "queue mail resumed (1 pending, 0 running, 0 dead, 0 waiting)\n",
+    )
     assert [j.id for j in queue.claim(10, worker="w")] == [held]
 
 
@@ -186,24 +189,24 @@ def test_stats_counts_jobs_by_queue_and_by_priority(run: Cli, queue: pgqueue.Que
     ran = run("stats")
     assert ran.code == 0, ran
     for line in [
-        "QUEUE    PENDING  RUNNING  DEAD",
-        "default        1        0     1",
-        "mail           2        0     0",
-        "PRIORITY  PENDING  RUNNING  DEAD",
-        "      10        2        0     0",
-        "       0        0        0     1",
-        "      -5        1        0     0",
+        "QUEUE    PENDING  RUNNING  DEAD  WAITING",
+        "default        1        0     1        0",
+        "mail           2        0     0        0",
+        "PRIORITY  PENDING  RUNNING  DEAD  WAITING",
+        "      10        2        0     0        0",
+        "       0        0        0     1        0",
+        "      -5        1        0     0        0",
     ]:
         assert line in ran.lines, ran.out
     data = run("stats", "--json").json()
     assert data["by_queue"] == {
-        "default": {"pending": 1, "running": 0, "dead": 1},
-        "mail": {"pending": 2, "running": 0, "dead": 0},
+        "default": {"pending": 1, "running": 0, "dead": 1, "waiting": 0},
+        "mail": {"pending": 2, "running": 0, "dead": 0, "waiting": 0},
     }
     assert list(data["by_priority"].items()) == [
-        ("10", {"pending": 2, "running": 0, "dead": 0}),
-        ("0", {"pending": 0, "running": 0, "dead": 1}),
-        ("-5", {"pending": 1, "running": 0, "dead": 0}),
+        ("10", {"pending": 2, "running": 0, "dead": 0, "waiting": 0}),
+        ("0", {"pending": 0, "running": 0, "dead": 1, "waiting": 0}),
+        ("-5", {"pending": 1, "running": 0, "dead": 0, "waiting": 0}),
     ]
 
 

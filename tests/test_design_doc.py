@@ -25,7 +25,7 @@ from pgqueue.core.sql import Statements
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 PAGE = DOCS / "design.md"
 # The pages whose SQL is checked here, with the least number of blocks each shows.
-PAGES = {"design.md": 6, "cancel.md": 3, "results.md": 4, "limits.md": 6}
+PAGES = {"design.md": 6, "cancel.md": 3, "results.md": 4, "limits.md": 6, "workflows.md": 4}
 PART = "-- part of"
 
 

@@ -452,3 +452,74 @@ def test_worker_command_takes_the_settings_and_names_its_migrate_command(
         "the queue's table shop_never_installed is not installed; "
         "run `manage.py pgqueue_migrate` first"
     )
+
+
+# -- pgqueue.testing in a test's transaction (docs/testing.md, "Django") ----------------------
+
+
+def test_testing_helpers_see_and_run_the_jobs_of_a_rolled_back_test_transaction(
+    db: psycopg.Connection[Any],
+) -> None:
+    from django.db import transaction
+
+    import tests.django_project.shop.jobs  # noqa: F401  (registers print_label)
+    from pgqueue.contrib import django as pgq
+    from pgqueue.testing import assert_enqueued, assert_not_enqueued, drain
+    from tests.django_project.shop.models import Order, Ran
+
+    with transaction.atomic():  # as django.test.TestCase runs each test
+        order = Order.objects.create(item="teapot")
+        pgq.enqueue("print_label", {"order_id": order.pk})
+        queue, conn = pgq.get_queue(), pgq.connection()
+
+        assert_enqueued(queue, "print_label", payload={"order_id": order.pk}, conn=conn)
+        drained = drain(queue, pgq.registered_handlers(), conn=conn)
+
+        assert len(drained.succeeded) == 1 and drained.dead == []
+        # The handler ran here, with the ORM on the test's connection.
+        assert list(Ran.objects.values_list("what", "arg")) == [("print_label", str(order.pk))]
+        assert_not_enqueued(queue, conn=conn)
+        transaction.set_rollback(True)
+
+    assert jobs(db) == [] and ran(db) == []
+
+
+def _testing_helpers_case() -> type:
+    """A `django.test.TestCase` of the helpers, made once Django is configured."""
+    from django.test import TestCase
+
+    from pgqueue.contrib import django as pgq
+    from pgqueue.contrib.django import testing as pgq_testing
+    from tests.django_project.shop.models import Order, Ran
+    from tests.django_project.shop.tasks import send_receipt
+
+    class CheckoutTests(TestCase):
+        def test_checkout_enqueues_and_the_drain_runs_it(self) -> None:
+            order = Order.objects.create(item="teapot")
+            pgq.enqueue("print_label", {"order_id": order.pk})
+            send_receipt.enqueue(order.pk)  # a Django task, on pgqueue's backend
+
+            pgq_testing.assert_enqueued("print_label", payload={"order_id": order.pk})
+            pgq_testing.assert_enqueued(queue="emails", count=1)
+            drained = pgq_testing.drain()
+
+            self.assertEqual((len(drained.succeeded), drained.dead), (2, []))
+            ran = sorted(Ran.objects.values_list("what", flat=True))
+            self.assertEqual(ran, ["print_label", "send_receipt"])
+            self.assertTrue(Order.objects.get().receipt_sent)
+            pgq_testing.assert_not_enqueued()
+
+    return CheckoutTests
+
+
+def test_testing_helpers_in_a_django_test_case(db: psycopg.Connection[Any]) -> None:
+    import unittest
+
+    suite = unittest.defaultTestLoader.loadTestsFromTestCase(_testing_helpers_case())
+    result = unittest.TestResult()
+    suite.run(result)
+
+    assert result.errors == [] and result.failures == [], result.errors + result.failures
+    assert result.testsRun == 1
+    # Django's TestCase rolled its transaction back: no job, no run left.
+    assert jobs(db) == [] and ran(db) == []

@@ -76,7 +76,7 @@ def test_quickstart_runs_and_drains_its_jobs(dsn: str, example_table: str, flavo
     assert "enqueued 2,000 orders and jobs" in out
     assert "drained 2,000 jobs" in out
     assert "jobs/s" in out
-    assert "{'pending': 0, 'running': 0, 'dead': 1}" in out
+    assert "{'pending': 0, 'running': 0, 'dead': 1, 'waiting': 0}" in out
 
 
 # -- Flask: the app enqueues in its transaction, the worker sends receipts once -------------
@@ -250,7 +250,7 @@ def test_async_service_demo_drains_every_job_it_enqueued(
     assert "enqueued 150 orders' jobs: 300 jobs" in out
     assert "handled 300 jobs in" in out
     assert "{'render_invoice': 150, 'send_receipt': 150}" in out
-    assert "{'pending': 0, 'running': 0, 'dead': 0}" in out
+    assert "{'pending': 0, 'running': 0, 'dead': 0, 'waiting': 0}" in out
 
 
 @pytest.mark.parametrize("script", SERVICES)

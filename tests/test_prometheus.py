@@ -148,13 +148,13 @@ def test_stats_collector_reports_rows_by_queue_and_by_priority(
         return registry.get_sample_value(f"pgqueue_queue_{name}", {"table": table, **labels})
 
     def by_queue(name: str) -> dict[str, float | None]:
-        statuses = ("pending", "running", "dead")
+        statuses = ("pending", "running", "dead", "waiting")
         return {s: gauge("jobs_by_queue", queue=name, status=s) for s in statuses}
 
-    assert by_queue("mail") == {"pending": 2, "running": 1, "dead": 0}
-    assert by_queue("default") == {"pending": 1, "running": 0, "dead": 0}
-    assert by_queue("billing") == {"pending": 0, "running": 0, "dead": 1}
-    assert by_queue("nothing") == {"pending": None, "running": None, "dead": None}
+    assert by_queue("mail") == {"pending": 2, "running": 1, "dead": 0, "waiting": 0}
+    assert by_queue("default") == {"pending": 1, "running": 0, "dead": 0, "waiting": 0}
+    assert by_queue("billing") == {"pending": 0, "running": 0, "dead": 1, "waiting": 0}
+    assert by_queue("nothing") == {"pending": None, "running": None, "dead": None, "waiting": None}
     assert gauge("jobs_by_priority", priority="10", status="pending") == 2
     assert gauge("jobs_by_priority", priority="10", status="running") == 1
     assert gauge("jobs_by_priority", priority="0", status="dead") == 1

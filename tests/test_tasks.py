@@ -18,7 +18,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import pgqueue
-from pgqueue.core.jobs import JobStatus, validate_specs
+from pgqueue.core.jobs import JobStatus
+from pgqueue.core.specs import validate_specs
 from pgqueue.core.tasks import (
     TaskCallError,
     TaskDefinition,

@@ -93,6 +93,26 @@ SECTIONS: list[tuple[str, str, list[tuple[str, tuple[str, ...]]]]] = [
         ],
     ),
     ("The embedded server", "", [("pgqueue.embedded.EmbeddedPostgres", ())]),
+    (
+        "Testing",
+        "See [testing](testing.md): `from pgqueue import testing`. The async helpers "
+        "(`aenqueued`, `aassert_enqueued`, `aassert_not_enqueued`, `arun_job`) take the "
+        "same arguments as the sync ones, awaited.",
+        [
+            (f"pgqueue.testing.{name}", ())
+            for name in (
+                "enqueued",
+                "assert_enqueued",
+                "assert_not_enqueued",
+                "drain",
+                "adrain",
+                "Drained",
+                "run_job",
+                "build_job",
+                "task_job",
+            )
+        ],
+    ),
 ]
 
 HEADER = """\

@@ -32,6 +32,11 @@ MODULES = [
         "pgqueue/sync/tasks.py",
         "`Task`: a function made a job kind of a `Queue` (`Queue.task`).",
     ),
+    (
+        "pgqueue/aio/testing.py",
+        "pgqueue/sync/testing.py",
+        "The testing helpers for a `Queue` (`pgqueue.testing`): what is enqueued, drain.",
+    ),
 ]
 
 # Whole words renamed, in code and in docstrings alike.
@@ -42,6 +47,11 @@ RENAMES = {
     "__aenter__": "__enter__",
     "__aexit__": "__exit__",
     "asynccontextmanager": "contextmanager",
+    "aenqueued": "enqueued",
+    "aassert_enqueued": "assert_enqueued",
+    "aassert_not_enqueued": "assert_not_enqueued",
+    "adrain": "drain",
+    "arun_job": "run_job",
 }
 
 # Prose that only one side can say.

@@ -13,7 +13,16 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 from ..core.backoff import Backoff
 from ..core.jobs import DEFAULT_QUEUE, Job, JobSpec, JobStatus, Stats, default_worker_name
-from ..core.ops import Cancelled, Cycle, Failure, Heartbeat, LimitState, QueueCore, QueueState
+from ..core.ops import (
+    Cancelled,
+    Cycle,
+    Failure,
+    Group,
+    Heartbeat,
+    LimitState,
+    QueueCore,
+    QueueState,
+)
 from ..core.results import JobResult
 from ..core.schedules import Schedule, ScheduleState, Tick
 from ..core.states import Event
@@ -184,6 +193,7 @@ class AsyncQueue:
         on_duplicate: str = "return",
         result_ttl: timedelta | None = None,
         limit_key: str | None = None,
+        depends_on: Sequence[int] | None = None,
         conn: CallerConnection | None = None,
     ) -> int:
         """Add one job and return its id.
@@ -207,6 +217,11 @@ class AsyncQueue:
         (docs/results.md). With ``limit_key``, it counts against that key's
         limit of running jobs (`set_limit`; one at a time until set; see
         docs/limits.md).
+
+        With ``depends_on`` (a list of job ids), the job waits (status
+        ``waiting``) until every one of them has succeeded, and is
+        cancelled if one of them dies or is cancelled; an id that never
+        existed raises `ValueError` (docs/workflows.md).
         """
         op = self.core.enqueue(
             kind,
@@ -222,6 +237,7 @@ class AsyncQueue:
             on_duplicate=on_duplicate,
             result_ttl=result_ttl,
             limit_key=limit_key,
+            depends_on=depends_on,
         )
         with op.trace:  # a span, when tracing is on (docs/tracing.md)
             return await self._driver.run(op, conn)
@@ -284,6 +300,36 @@ class AsyncQueue:
         """
         op = self.core.enqueue_many(specs)
         with op.trace:  # one span for the batch, when tracing is on
+            return await self._driver.run(op, conn)
+
+    async def chain(
+        self, *specs: JobSpec | tuple[str, Any], conn: CallerConnection | None = None
+    ) -> list[int]:
+        """Add jobs that run one after the other: each waits for the one
+        before to succeed (and is cancelled if it dies or is cancelled).
+        All of them are written in one transaction (the caller's, with
+        ``conn=``); returns their ids in order (docs/workflows.md).
+
+            ids = await q.chain(JobSpec("fetch", url), JobSpec("parse"), JobSpec("store"))
+        """
+        op = self.core.chain(specs)
+        with op.trace:
+            return await self._driver.run(op, conn)
+
+    async def group(
+        self,
+        *specs: JobSpec | tuple[str, Any],
+        then: JobSpec | tuple[str, Any] | None = None,
+        conn: CallerConnection | None = None,
+    ) -> Group:
+        """Add jobs that run side by side and, with ``then``, a job that runs
+        once after every one of them succeeded (it reads their results with
+        `pgqueue.job_context().parents`). All of them are written in one
+        transaction (the caller's, with ``conn=``); returns a `pgqueue.Group`
+        (``.ids``, ``.then``) (docs/workflows.md).
+        """
+        op = self.core.group(specs, then)
+        with op.trace:
             return await self._driver.run(op, conn)
 
     async def claim(

@@ -112,7 +112,8 @@ class AsyncTask(Generic[P, R]):
                                         priority=s.priority, unique_key=s.unique_key,
                                         unique=s.unique, unique_for=s.unique_for,
                                         on_duplicate=s.on_duplicate, result_ttl=s.result_ttl,
-                                        limit_key=s.limit_key, conn=self.conn)  # fmt: skip
+                                        limit_key=s.limit_key, depends_on=s.depends_on,
+                                        conn=self.conn)  # fmt: skip
 
     async def enqueue_many(self, calls: Iterable[tuple[Any, ...] | Mapping[str, Any]]) -> list[int]:
         """Enqueue one job per call, in one transaction; return their ids in order.

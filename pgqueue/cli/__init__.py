@@ -21,6 +21,7 @@
     pgqueue worker myapp.jobs:worker                    # until SIGINT or SIGTERM
     pgqueue worker myapp.jobs:async_worker --trio       # an AsyncWorker on trio
     pgqueue worker myapp.jobs:worker --processes 4      # four processes, one supervisor
+    pgqueue check myapp.jobs:worker                     # jobs this code cannot run (deploys)
     pgqueue bench                                       # throughput, beside the seed design
     pgqueue dashboard                                   # the web dashboard, on 127.0.0.1:8787
     pgqueue embedded start                              # a local server; prints its DSN
@@ -54,8 +55,8 @@ Exit status:
   found its unique key taken, ``cron pause|resume|trigger`` named no schedule
   or ``cron trigger`` found an overlap=False schedule's job still pending or
   running, ``cancel ID...`` named a job not in the queue (the others are
-  cancelled), ``result ID`` found neither the job nor a result kept, or the
-  worker failed.
+  cancelled), ``result ID`` found neither the job nor a result kept, ``check``
+  found jobs that the code cannot run, or the worker failed.
 * 2: bad arguments (no DSN, a malformed DURATION, PAYLOAD or date, a target
   that cannot be loaded...): a usage message on stderr, nothing written.
 * 130: interrupted by SIGINT before a clean stop.
@@ -76,6 +77,7 @@ from .. import __version__
 from .. import bench as pgqueue_bench
 from ..core.migrations import SchemaError
 from .argtypes import parse_duration
+from .check import add_check_command
 from .dashboard import add_dashboard_command
 from .embedded import add_embedded_command
 from .errors import OperationFailed, UsageError, one_line
@@ -94,8 +96,8 @@ exit status:
        job that is not dead, `enqueue --on-duplicate raise` found its unique
        key taken, `cron` named no schedule, `cron trigger` found the
        schedule's job still active (overlap=False), `cancel ID` named a job
-       not in the queue, `result ID` found no job and no result, or the
-       worker failed
+       not in the queue, `result ID` found no job and no result, `check`
+       found jobs this code cannot run, or the worker failed
   2    bad arguments: usage message on stderr, nothing written
   130  interrupted
 
@@ -208,6 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.set_defaults(run=run_bench, subparser=bench)
     add_dashboard_command(commands)
     add_embedded_command(commands)
+    add_check_command(commands)
     return parser
 
 

@@ -7,8 +7,9 @@ import json
 import sys
 from typing import Any
 
-from ..core.jobs import DEFAULT_QUEUE, DuplicateJob, JobStatus, validate_spec
+from ..core.jobs import DEFAULT_QUEUE, DuplicateJob, JobStatus
 from ..core.jsontext import load_json
+from ..core.specs import validate_spec
 from ..sync.queue import Queue
 from .errors import OperationFailed, UsageError
 from .output import (
@@ -92,6 +93,7 @@ def _job_options(args: argparse.Namespace) -> dict[str, Any]:
         "on_duplicate": args.on_duplicate,
         "result_ttl": args.result_ttl,
         "limit_key": args.limit_key,
+        "depends_on": args.depends_on,
     }
 
 
@@ -120,7 +122,10 @@ def cmd_enqueue(queue: Queue, args: argparse.Namespace) -> int:
 
     def enqueue(on_duplicate: str) -> int:
         options = {**_job_options(args), "on_duplicate": on_duplicate}
-        return queue.enqueue(args.kind, args.payload, **options)
+        try:
+            return queue.enqueue(args.kind, args.payload, **options)
+        except ValueError as exc:  # a dependency that never existed: nothing written
+            raise UsageError(str(exc)) from None
 
     def done(job_id: int, text: str, *, duplicate: bool = False, replaced: bool = False) -> int:
         data = {
@@ -132,6 +137,7 @@ def cmd_enqueue(queue: Queue, args: argparse.Namespace) -> int:
             "duplicate": duplicate,
             "replaced": replaced,
             "limit_key": args.limit_key,
+            "depends_on": args.depends_on or [],
             "result_ttl_seconds": (
                 None if args.result_ttl is None else args.result_ttl.total_seconds()
             ),
@@ -170,6 +176,8 @@ def cmd_enqueue(queue: Queue, args: argparse.Namespace) -> int:
         where += f" under limit {args.limit_key}"
     if args.result_ttl is not None:
         due += f", its result kept {format_duration(args.result_ttl)}"
+    if args.depends_on:
+        due += f", waiting for job {', '.join(map(str, args.depends_on))}"
     return done(new_id, f"enqueued job {new_id} ({args.kind}){where}{due}")
 
 
@@ -211,6 +219,8 @@ def cmd_jobs_show(queue: Queue, args: argparse.Namespace) -> int:
         ("locked by", job.locked_by or "-"),
         ("locked at", format_time(job.locked_at)),
     ]
+    if job.parents is not None:
+        fields.append(("waits for", ", ".join(map(str, sorted(job.parents))) or "-"))
     width = max(len(name) for name, _ in fields)
     lines = [f"{name.ljust(width)}  {value}" for name, value in fields]
     lines += ["payload:", indent(json.dumps(job.payload, indent=2, ensure_ascii=False))]

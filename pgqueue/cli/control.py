@@ -108,6 +108,9 @@ def cmd_cancel(queue: Queue, args: argparse.Namespace) -> int:
     if done.deleted:
         n = len(done.deleted)
         lines.append(f"removed {n} job{plural(n)} (waiting or dead): {ids_text(done.deleted)}")
+    if done.dependents:
+        n = done.dependents
+        lines.append(f"cancelled {n} job{plural(n)} that waited for them (depends_on)")
     if done.requested:
         n = len(done.requested)
         lines.append(
@@ -116,7 +119,12 @@ def cmd_cancel(queue: Queue, args: argparse.Namespace) -> int:
         )
     if not lines:
         lines.append("nothing cancelled")
-    data = {"deleted": done.deleted, "requested": done.requested, "not_found": done.not_found}
+    data = {
+        "deleted": done.deleted,
+        "requested": done.requested,
+        "not_found": done.not_found,
+        "dependents": done.dependents,
+    }
     emit(args, data, "\n".join(lines))
     for missing in done.not_found:
         print(

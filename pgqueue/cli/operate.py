@@ -269,6 +269,13 @@ def _add_enqueue_command(p: Parsers) -> None:
         help="count the job against this key's limit of running jobs (`pgqueue limits set`; "
         "one at a time until set)",
     )
+    control.add_argument(
+        "--depends-on",
+        type=job_id,
+        action="append",
+        metavar="ID",
+        help="wait until this job has succeeded (repeat for several; see docs/workflows.md)",
+    )
 
 
 def _add_stats_command(p: Parsers) -> None:

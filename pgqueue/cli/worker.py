@@ -296,8 +296,8 @@ def serve_http(
     return close
 
 
-def load_target(spec: str) -> Worker | AsyncWorker:
-    """Import ``module:attr.path`` and check that it names a worker."""
+def import_target(spec: str) -> Any:
+    """Import ``module:attr.path`` (the current directory importable) and return it."""
     module_name, sep, attr_path = spec.partition(":")
     if not sep or not module_name or not attr_path:
         raise UsageError(f"TARGET must look like module:attribute, got {spec!r}")
@@ -321,6 +321,12 @@ def load_target(spec: str) -> Worker | AsyncWorker:
             obj = getattr(obj, part)
         except AttributeError:
             raise UsageError(f"{module_name!r} has no attribute {attr_path!r}") from None
+    return obj
+
+
+def load_target(spec: str) -> Worker | AsyncWorker:
+    """Import ``module:attr.path`` and check that it names a worker."""
+    obj = import_target(spec)
     if isinstance(obj, (Worker, AsyncWorker)):
         return obj
     if isinstance(obj, (Queue, AsyncQueue)):

@@ -15,6 +15,7 @@ several jobs one after another). Outside a handler there is none.
 from __future__ import annotations
 
 from contextvars import ContextVar
+from typing import Any
 
 from .jobs import Job
 
@@ -56,6 +57,16 @@ class JobContext:
     def cancel_requested(self) -> bool:
         """Whether `cancel` asked this run to stop (safe to read from any thread)."""
         return self._cancelled
+
+    @property
+    def parents(self) -> dict[int, Any]:
+        """Each job this one depends on directly (``depends_on``, chains,
+        groups), by id, with its stored result value (jobs enqueued with
+        ``result_ttl``), else None; empty for a job without dependencies.
+
+        The values are those the statement that recorded each dependency's
+        success wrote into this job's row: no query of its own."""
+        return dict(self.job.parents or {})
 
     def raise_if_cancelled(self) -> None:
         """Raise `JobCancelled` if the job's cancel was requested; else nothing."""

@@ -182,6 +182,14 @@ SELECT outcome, left(v, {detail}), size, length(v) <= {detail}, left(error, {det
 SELECT outcome, attempts, left(last_error, {detail}), locked_by, finished_at FROM {history}
  WHERE id = %s ORDER BY finished_at DESC LIMIT 20""")
         self.detail_slot = render("SELECT limit_key, slot FROM {slots} WHERE job_id = %s LIMIT 1")
+        # The jobs that wait for it, where the dashboard's role may read them.
+        self.dependencies_readable = b"SELECT has_table_privilege(to_regclass(%s), 'SELECT')"
+        self.dependencies_table = n.dependencies.as_string(None)
+        self.detail_dependents = (
+            sql.SQL("SELECT job_id FROM {} WHERE parent_id = %s ORDER BY job_id LIMIT 100")
+            .format(n.dependencies)
+            .as_bytes(None)
+        )
         self.running_page = listing(
             sql.SQL("""SELECT {cols}, {listed_text} AS payload_text,
        pg_column_size(payload) AS payload_size FROM {table}
@@ -293,10 +301,15 @@ SELECT outcome, attempts, left(last_error, {detail}), locked_by, finished_at FRO
                 history = [HistoryRow(*r) for r in rows]
             rows = yield Query(self.detail_slot, (job_id,))
             slot = (rows[0][0], rows[0][1]) if rows else None
+            dependents: tuple[int, ...] = ()
+            ((readable,),) = yield Query(self.dependencies_readable, (self.dependencies_table,))
+            if job is not None and readable:
+                rows = yield Query(self.detail_dependents, (job_id,))
+                dependents = tuple(r[0] for r in rows)
             ((now,),) = yield Query(b"SELECT now()")
             return JobDetail(
                 job_id, job, payload, result, history, slot, now,
-                bool(results_readable), bool(history_readable),
+                bool(results_readable), bool(history_readable), dependents,
             )  # fmt: skip
 
         return Operation(plan())

@@ -139,6 +139,7 @@ class JobDetail:
     now: datetime
     results_readable: bool = True  # the dashboard's role may read the results table
     history_readable: bool = True  # ... and the history table
+    dependents: tuple[int, ...] = ()  # the jobs that wait for it (depends_on), the first 100
 
 
 @dataclass

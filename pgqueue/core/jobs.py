@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 import os
 import socket
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -61,11 +61,9 @@ __all__ = [
     "validate_priority",
     "validate_queue",
     "validate_queues",
-    "validate_spec",
     "validate_table_name",
 ]
 
-_NO_DELAY = timedelta(0)
 DEFAULT_QUEUE = "default"
 # The scopes of `unique=`, and what `on_duplicate=` may say.
 UNIQUE_SCOPES = ("queued", "active")
@@ -81,6 +79,9 @@ class JobStatus(enum.StrEnum):
     PENDING = "pending"
     RUNNING = "running"
     DEAD = "dead"
+    # Enqueued with `depends_on`: not claimable until every job it depends
+    # on has succeeded (docs/workflows.md).
+    WAITING = "waiting"
     # Never in the table: what recording an outcome reports for a job whose
     # cancellation was requested (`cancel`); its row is gone.
     CANCELLED = "cancelled"
@@ -90,7 +91,12 @@ class JobStatus(enum.StrEnum):
 
 
 # The statuses a job row can have (`JobStatus.CANCELLED` is never one).
-ROW_STATUSES: tuple[JobStatus, ...] = (JobStatus.PENDING, JobStatus.RUNNING, JobStatus.DEAD)
+ROW_STATUSES: tuple[JobStatus, ...] = (
+    JobStatus.PENDING,
+    JobStatus.RUNNING,
+    JobStatus.DEAD,
+    JobStatus.WAITING,
+)
 
 # JobStatus by value, without an Enum call per row read.
 _STATUSES: dict[str, JobStatus] = {s.value: s for s in JobStatus}
@@ -122,6 +128,10 @@ class Job:
     """Whether `cancel` asked for this job to stop (as read when it was fetched)."""
     trace_context: str | None = None
     """The W3C ``traceparent`` of the span that enqueued it, or None (see docs/tracing.md)."""
+    parents: dict[int, Any] | None = None
+    """For a job enqueued with ``depends_on``: each direct dependency's id, with
+    its stored result value once it succeeded (jobs enqueued with
+    ``result_ttl``), else None. None for a job without dependencies."""
 
     @property
     def orphaned(self) -> bool:
@@ -156,6 +166,7 @@ class Job:
             limit_key=row["limit_key"],
             cancel_requested=row["cancel_requested"],
             trace_context=row["trace_context"],
+            parents=_parents(row.get("parents")),
         )
 
     @classmethod
@@ -163,7 +174,7 @@ class Job:
         """Build a job from a row in the order of `pgqueue.core.sql.JOB_COLUMNS`."""
         (id_, kind, payload, attempts, max_attempts, status, run_at, last_error, locked_by,
          locked_at, created_at, queue, priority, unique_key, result_ttl, limit_key,
-         cancel_requested, trace_context) = row  # fmt: skip
+         cancel_requested, trace_context, parents) = row  # fmt: skip
         return cls(
             id=id_,
             kind=kind,
@@ -183,7 +194,13 @@ class Job:
             limit_key=limit_key,
             cancel_requested=cancel_requested,
             trace_context=trace_context,
+            parents=_parents(parents),
         )
+
+
+def _parents(value: dict[str, Any] | None) -> dict[int, Any] | None:
+    """The ``parents`` column (JSON object keyed by id as text), keyed by int."""
+    return None if value is None else {int(k): v for k, v in value.items()}
 
 
 def _seconds(value: float | None) -> timedelta | None:
@@ -195,7 +212,7 @@ class JobSpec:
     """A job to enqueue, for `enqueue_many`.
 
     >>> JobSpec("send_receipt", {"order_id": 7}, delay=timedelta(minutes=5))
-    JobSpec(kind='send_receipt', payload={'order_id': 7}, run_at=None, delay=datetime.timedelta(seconds=300), max_attempts=3, queue='default', priority=0, unique_key=None, unique='queued', unique_for=None, on_duplicate='return', result_ttl=None, limit_key=None)
+    JobSpec(kind='send_receipt', payload={'order_id': 7}, run_at=None, delay=datetime.timedelta(seconds=300), max_attempts=3, queue='default', priority=0, unique_key=None, unique='queued', unique_for=None, on_duplicate='return', result_ttl=None, limit_key=None, depends_on=None)
     """  # noqa: E501
 
     kind: str
@@ -211,6 +228,7 @@ class JobSpec:
     on_duplicate: str = "return"
     result_ttl: timedelta | None = None
     limit_key: str | None = None
+    depends_on: Sequence[int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,6 +261,8 @@ class ValidatedSpec:
     unique: Unique | None = None
     result_ttl: timedelta | None = None
     limit_key: str | None = None
+    # The jobs it waits for (`depends_on`), without repeats, in the order given.
+    depends_on: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,117 +320,6 @@ class JobNotRunning(Exception):
 def default_worker_name() -> str:
     """``host:pid``, the name a claim records in ``locked_by`` unless told otherwise."""
     return f"{socket.gethostname()}:{os.getpid()}"
-
-
-SpecLike = JobSpec | tuple[str, Any]
-
-
-def validate_spec(
-    kind: object,
-    payload: Any = None,
-    *,
-    run_at: datetime | None = None,
-    delay: timedelta | None = None,
-    max_attempts: int = 3,
-    queue: str = DEFAULT_QUEUE,
-    priority: int = 0,
-    unique_key: str | None = None,
-    unique: str = "queued",
-    unique_for: timedelta | None = None,
-    on_duplicate: str = "return",
-    result_ttl: timedelta | None = None,
-    limit_key: str | None = None,
-) -> ValidatedSpec:
-    """Check one job's arguments; raise TypeError or ValueError on the first bad one."""
-    kind = validate_kind(kind)
-    queue = validate_queue(queue)
-    priority = validate_priority(priority)
-    rule = validate_unique(unique_key, unique, unique_for, on_duplicate)
-    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int):
-        raise TypeError(f"max_attempts must be an int, not {type(max_attempts).__name__}")
-    if not 1 <= max_attempts <= 2**31 - 1:
-        raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
-    if run_at is not None and delay is not None:
-        raise ValueError("give run_at or delay, not both")
-    if run_at is not None:
-        if not isinstance(run_at, datetime):
-            raise TypeError(f"run_at must be a datetime, not {type(run_at).__name__}")
-        if run_at.tzinfo is None or run_at.utcoffset() is None:
-            raise ValueError("run_at must be timezone-aware (a naive datetime is ambiguous)")
-    delay = _NO_DELAY if delay is None else validate_delay(delay, "delay")
-    if result_ttl is not None:
-        result_ttl = validate_timeout(result_ttl, "result_ttl")
-        if result_ttl > MAX_DELAY:
-            raise ValueError(f"result_ttl must be at most {MAX_DELAY.days} days, got {result_ttl}")
-    if limit_key is not None:
-        limit_key = validate_limit_key(limit_key)
-    payload_json = encode_payload(payload)
-    return ValidatedSpec(kind, payload_json, run_at, delay, max_attempts, queue, priority, rule,
-                         result_ttl, limit_key)  # fmt: skip
-
-
-def validate_unique(
-    key: object, scope: object, window: object, on_duplicate: object
-) -> Unique | None:
-    """The uniqueness rule of one job, or None when it has no `unique_key`.
-
-    ``unique``, ``unique_for`` and ``on_duplicate`` are checked even without a
-    key, so that a typo is refused rather than silently ignored."""
-    if scope not in UNIQUE_SCOPES:
-        raise ValueError(
-            f"unique must be one of {', '.join(map(repr, UNIQUE_SCOPES))}, got {scope!r}"
-        )
-    if on_duplicate not in ON_DUPLICATE:
-        known = ", ".join(map(repr, ON_DUPLICATE))
-        raise ValueError(f"on_duplicate must be one of {known}, got {on_duplicate!r}")
-    if window is not None:
-        window = validate_timeout(window, "unique_for")
-        if window > MAX_DELAY:
-            raise ValueError(f"unique_for must be at most {MAX_DELAY.days} days, got {window}")
-    if key is None:
-        if window is not None:
-            raise ValueError("unique_for needs a unique_key")
-        return None
-    assert isinstance(scope, str) and isinstance(on_duplicate, str)
-    return Unique(validate_name(key, "unique_key"), scope, window, on_duplicate)
-
-
-def validate_specs(specs: Iterable[SpecLike]) -> list[ValidatedSpec]:
-    """Validate every spec of a batch before anything is written."""
-    checked: list[ValidatedSpec] = []
-    valid_kinds: set[str] = set()  # a batch repeats a few kinds: check each once
-    for spec in specs:
-        if (
-            type(spec) is tuple
-            and len(spec) == 2
-            and type(spec[0]) is str
-            and spec[0] in valid_kinds
-        ):
-            checked.append(ValidatedSpec(spec[0], encode_payload(spec[1]), None, _NO_DELAY, 3))
-        elif isinstance(spec, JobSpec):
-            checked.append(
-                validate_spec(
-                    spec.kind,
-                    spec.payload,
-                    run_at=spec.run_at,
-                    delay=spec.delay,
-                    max_attempts=spec.max_attempts,
-                    queue=spec.queue,
-                    priority=spec.priority,
-                    unique_key=spec.unique_key,
-                    unique=spec.unique,
-                    unique_for=spec.unique_for,
-                    on_duplicate=spec.on_duplicate,
-                    result_ttl=spec.result_ttl,
-                    limit_key=spec.limit_key,
-                )
-            )
-        elif isinstance(spec, tuple) and len(spec) == 2:
-            checked.append(validate_spec(spec[0], spec[1]))
-            valid_kinds.add(spec[0])
-        else:
-            raise TypeError(f"expected a JobSpec or a (kind, payload) tuple, got {spec!r:.80}")
-    return checked
 
 
 def validate_ids(ids: Iterable[object]) -> list[int]:

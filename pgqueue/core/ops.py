@@ -13,14 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from .backoff import Backoff
-from .jobs import (
-    DEFAULT_QUEUE,
-    Job,
-    JobStatus,
-    SpecLike,
-    Stats,
-    validate_spec,
-)
+from .jobs import DEFAULT_QUEUE, Job, JobStatus, Stats
 from .migrations import (
     SchemaNames,
     contract_plan,
@@ -34,8 +27,19 @@ from .migrations import (
 from .plans import Copy, Operation, Plan, Query, Rows, Step, drive, needs_transaction
 from .pooling import validate_transaction_pooling
 from .queue import claim as claim_plans
-from .queue import control, enqueue, inspect, limits, maintenance, operators, outcomes
+from .queue import (
+    control,
+    depends,
+    enqueue,
+    inspect,
+    limits,
+    maintenance,
+    operators,
+    outcomes,
+    workflows,
+)
 from .queue import schedules as schedules_sql
+from .queue.depends import Group
 from .queue.enqueue import COPY_THRESHOLD
 from .queue.inspect import QueueState
 from .queue.limits import LimitState
@@ -48,6 +52,7 @@ from .schedules import (
     ScheduleState,
     Tick,
 )
+from .specs import SpecLike, validate_spec
 from .sql import Statements
 from .states import Event
 
@@ -55,6 +60,7 @@ __all__ = [
     "COPY_THRESHOLD",
     "Failure",
     "Cancelled",
+    "Group",
     "Copy",
     "Cycle",
     "Heartbeat",
@@ -159,6 +165,7 @@ class QueueCore:
         on_duplicate: str = "return",
         result_ttl: timedelta | None = None,
         limit_key: str | None = None,
+        depends_on: Sequence[int] | None = None,
     ) -> Operation[int]:
         spec = validate_spec(
             kind,
@@ -174,11 +181,32 @@ class QueueCore:
             on_duplicate=on_duplicate,
             result_ttl=result_ttl,
             limit_key=limit_key,
+            depends_on=depends_on,
         )
-        return enqueue.enqueue_one(self.sql.enqueues, self.sql.limits, self.schema, spec)
+        return enqueue.enqueue_one(
+            self.sql.enqueues, self.sql.limits, self.schema, spec, self.sql.dependencies
+        )
 
     def enqueue_many(self, specs: Iterable[SpecLike]) -> Operation[list[int]]:
-        return enqueue.enqueue_many(self.sql.enqueues, self.sql.limits, self.schema, specs)
+        return enqueue.enqueue_many(
+            self.sql.enqueues, self.sql.limits, self.schema, specs, self.sql.dependencies
+        )
+
+    def chain(self, specs: tuple[SpecLike, ...]) -> Operation[list[int]]:
+        """Jobs that run one after the other (docs/workflows.md)."""
+        return workflows.chain(
+            self.sql.enqueues, self.sql.limits, self.schema, self.sql.dependencies, specs
+        )
+
+    def group(self, specs: tuple[SpecLike, ...], then: SpecLike | None) -> Operation[Group]:
+        """Jobs that run side by side, and one that runs after all of them."""
+        return workflows.group(
+            self.sql.enqueues, self.sql.limits, self.schema, self.sql.dependencies, specs, then
+        )
+
+    def dependents(self, job_id: int) -> Operation[list[int]]:
+        """The jobs that wait for this one (for operators)."""
+        return depends.dependents(self.sql.dependencies, job_id)
 
     # -- claim and outcomes ---------------------------------------------
 

@@ -18,6 +18,7 @@ from psycopg import sql
 from .jobs import validate_table_name
 from .queue.claim import ClaimSpec, ClaimStatements, claim_statement
 from .queue.control import ControlStatements
+from .queue.depends import DependencyStatements
 from .queue.enqueue import EnqueueStatements
 from .queue.inspect import InspectStatements
 from .queue.limits import LimitStatements
@@ -88,6 +89,7 @@ class Statements:
         self.schedules = ScheduleStatements.of(model)
         self.operators = OperatorStatements.of(model)
         self.inspect = InspectStatements.of(model)
+        self.dependencies = DependencyStatements.of(model)
         # Claims and turns, by shape and batch size, rendered when first asked for.
         self._rendered = Rendered(self.RENDERED_MAX)
         # As shown in docs/design.md: a worker's turn and a claim, for the
@@ -118,6 +120,7 @@ class Statements:
             self.schedules,
             self.operators,
             self.inspect,
+            self.dependencies,
         )
 
     def every(self) -> dict[str, bytes | dict[Any, bytes]]:

@@ -14,12 +14,14 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Generic, ParamSpec, TypedDict, TypeVar
 
-from .jobs import DEFAULT_QUEUE, Job, JobSpec, validate_kind, validate_spec
+from .jobs import DEFAULT_QUEUE, Job, JobSpec, validate_kind
+from .specs import validate_spec
+from .typed import PayloadMismatch, SignatureCodecs, signature_codecs
 
 __all__ = [
     "TaskCallError",
@@ -39,6 +41,9 @@ R = TypeVar("R")
 
 # The payload's two keys: the positional and the keyword arguments of the call.
 ARGS, KWARGS = "args", "kwargs"
+
+# The job options a task takes per call (`AsyncTask.options`), not as defaults.
+PER_CALL = frozenset({"run_at", "depends_on"})
 
 # A job option given as a function of the task's arguments (``unique_key``, ``limit_key``).
 KeyFunction = Callable[..., str]
@@ -61,9 +66,11 @@ class TaskDefaults(TypedDict, total=False):
 
 
 class TaskOverrides(TaskDefaults, total=False):
-    """The job options `AsyncTask.options` takes: the decorator's, and ``run_at``."""
+    """The job options `AsyncTask.options` takes: the decorator's, and those
+    given per call, ``run_at`` and ``depends_on``."""
 
     run_at: datetime | None
+    depends_on: Sequence[int] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +90,7 @@ class TaskOptions:
     on_duplicate: str = "return"
     result_ttl: timedelta | None = None
     limit_key: str | KeyFunction | None = None
+    depends_on: Sequence[int] | None = None
 
     def changed(self, kind: str, changes: Mapping[str, Any]) -> TaskOptions:
         """These options with ``changes`` applied, checked as ``enqueue`` checks
@@ -113,8 +121,8 @@ class TaskOptions:
                       max_attempts=self.max_attempts, queue=self.queue, priority=self.priority,
                       unique_key=_stand_in(self.unique_key), unique=self.unique,
                       unique_for=self.unique_for, on_duplicate=self.on_duplicate,
-                      result_ttl=self.result_ttl,
-                      limit_key=_stand_in(self.limit_key))  # fmt: skip
+                      result_ttl=self.result_ttl, limit_key=_stand_in(self.limit_key),
+                      depends_on=self.depends_on)  # fmt: skip
 
     def spec(
         self, kind: str, payload: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]
@@ -129,7 +137,8 @@ class TaskOptions:
         # Positional: a batch makes one per job, and keywords cost twice as much.
         return JobSpec(kind, payload, self.run_at, self.delay, self.max_attempts, self.queue,
                        self.priority, unique_key, self.unique, self.unique_for,
-                       self.on_duplicate, self.result_ttl, limit_key)  # fmt: skip
+                       self.on_duplicate, self.result_ttl, limit_key,
+                       self.depends_on)  # fmt: skip
 
 
 def _stand_in(value: str | KeyFunction | None) -> str | None:
@@ -161,15 +170,26 @@ class TaskCallError(TypeError):
 
 
 def task_payload(
-    signature: inspect.Signature, kind: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    signature: inspect.Signature,
+    kind: str,
+    args: tuple[Any, ...] | list[Any],
+    kwargs: Mapping[str, Any],
+    codecs: SignatureCodecs | None = None,
 ) -> dict[str, Any]:
-    """The payload of one call: its arguments, bound against ``signature`` and
+    """The payload of one call: its arguments, bound against ``signature``,
+    encoded by their annotations (``codecs``: `pgqueue.core.typed`) and
     checked to come back from JSON as they went in; TypeError or ValueError
     naming the argument otherwise."""
     try:
         bound = signature.bind(*args, **kwargs)
     except TypeError as exc:
         raise TypeError(f"bad arguments for task {kind}: {exc}") from None
+    if codecs is not None:
+        try:
+            args, kwargs = codecs.encode(args, kwargs)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"task {kind}: {exc}") from None
+        bound = signature.bind(*args, **kwargs)
     for name, value in bound.arguments.items():
         _check_json(value, name, kind, set())
     # Stored as given: `bind` took the call, so the function takes it too.
@@ -259,14 +279,28 @@ class TaskDefinition(Generic[P, R]):
         except (TypeError, ValueError) as exc:
             raise TypeError(f"cannot read the signature of task {self.kind}: {exc}") from None
         self.is_async = inspect.iscoroutinefunction(fn)
-        if "run_at" in defaults:
-            raise TypeError("a task's run_at is given per call: task.options(run_at=...)")
+        # Typed parameters (`pgqueue.core.typed`): encoded at enqueue, decoded to run.
+        self.codecs = signature_codecs(fn, self.signature)
+        for name in PER_CALL.intersection(defaults):
+            raise TypeError(f"a task's {name} is given per call: task.options({name}=...)")
         self.options = TaskOptions().changed(self.kind, defaults)
         self._handler = self._make_handler()
 
     def payload(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
         """The payload of a call with these arguments (see `task_payload`)."""
-        return task_payload(self.signature, self.kind, args, kwargs)
+        return task_payload(self.signature, self.kind, args, kwargs, self.codecs)
+
+    def arguments(self, job: Job) -> tuple[list[Any], dict[str, Any]]:
+        """The arguments a job of the task carries, decoded into their types;
+        `TaskCallError` or `pgqueue.core.typed.PayloadMismatch` (naming the
+        field) when they no longer fit."""
+        args, kwargs = call_arguments(job)
+        if self.codecs is None:
+            return args, kwargs
+        try:
+            return self.codecs.decode(args, kwargs)
+        except PayloadMismatch as exc:
+            raise PayloadMismatch(f"job {job.id} of task {job.kind}: {exc}") from None
 
     def spec(
         self, options: TaskOptions, args: tuple[Any, ...], kwargs: Mapping[str, Any]
@@ -310,14 +344,14 @@ class TaskDefinition(Generic[P, R]):
         if self.is_async:
 
             async def run_async_task(job: Job) -> Any:
-                args, kwargs = call_arguments(job)
+                args, kwargs = self.arguments(job)
                 return await fn(*args, **kwargs)
 
             handler = run_async_task
         else:
 
             def run_task(job: Job) -> Any:
-                args, kwargs = call_arguments(job)
+                args, kwargs = self.arguments(job)
                 return fn(*args, **kwargs)
 
             handler = run_task

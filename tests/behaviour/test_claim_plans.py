@@ -108,6 +108,15 @@ SHAPES = [
         claim={"kinds": ["target"]},
         kinds_index=True,
     ),
+    # Jobs that wait for others (depends_on) are in no claim's index: 200,000
+    # of them due earlier, of the targets' own queue, kind and priority,
+    # cost the claim nothing (docs/workflows.md).
+    Shape(
+        "waiting jobs of the same queue and priority due earlier",
+        "INSERT INTO {table} (kind, queue, priority, run_at, status, waiting_on, parents)"
+        " SELECT 'target', 'target', 0, now() - interval '2 hours', 'waiting', 1, '{{}}'"
+        " FROM generate_series(1, %s)",
+    ),
 ]
 WITHOUT_KINDS_INDEX = Shape(
     "another kind due earlier, without the kinds index",

@@ -380,7 +380,12 @@ async def test_stats_counts_by_status_and_kind(queue: Any) -> None:
     await queue.fail(job, "x", retry_in=timedelta(0))
     await queue.claim(1, kinds=["a"])
     stats = await queue.stats()
-    assert stats.by_status == {JobStatus.PENDING: 3, JobStatus.RUNNING: 1, JobStatus.DEAD: 0}
+    assert stats.by_status == {
+        JobStatus.PENDING: 3,
+        JobStatus.RUNNING: 1,
+        JobStatus.DEAD: 0,
+        JobStatus.WAITING: 0,
+    }
     assert stats.by_kind["a"][JobStatus.RUNNING] == 1
     assert stats.by_kind["c"][JobStatus.PENDING] == 1
     assert stats.total == 4

@@ -176,7 +176,12 @@ async def test_queues_lists_each_queue_with_its_counts_and_pause(queue: Any) -> 
     await queue.pause_queue("a")
 
     def counts(pending: int = 0, running: int = 0, dead: int = 0) -> dict[JobStatus, int]:
-        return {JobStatus.PENDING: pending, JobStatus.RUNNING: running, JobStatus.DEAD: dead}
+        return {
+            JobStatus.PENDING: pending,
+            JobStatus.RUNNING: running,
+            JobStatus.DEAD: dead,
+            JobStatus.WAITING: 0,
+        }
 
     assert await queue.queues() == [
         QueueState("a", True, counts(pending=1, running=1)),
@@ -251,5 +256,9 @@ async def test_queues_must_be_a_collection_of_names(queue: Any, raw: Raw, backen
             await queue.pause_queue(bad_name)
     assert raw.rows("SELECT status FROM {table}") == [("pending",)]
     assert await queue.queues() == [
-        QueueState("a", False, {JobStatus.PENDING: 1, JobStatus.RUNNING: 0, JobStatus.DEAD: 0})
+        QueueState(
+            "a",
+            False,
+            {JobStatus.PENDING: 1, JobStatus.RUNNING: 0, JobStatus.DEAD: 0, JobStatus.WAITING: 0},
+        )
     ]

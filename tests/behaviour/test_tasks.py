@@ -341,3 +341,21 @@ async def test_a_second_function_for_a_kind_of_the_queue_is_refused(
 
 def test_tasks_are_public_names() -> None:
     assert pgqueue.Task.__name__ == "Task" and pgqueue.AsyncTask.__name__ == "AsyncTask"
+
+
+async def test_a_task_takes_depends_on_per_call_and_not_as_a_default(
+    queue: Any, backend: str
+) -> None:
+    def step(n: int) -> None: ...
+
+    task = TaskUnderTest.make(backend, queue, step)
+    first = await task.enqueue(1)
+    second = await task.options(depends_on=[first]).enqueue(2)
+    job = await queue.get(second)
+    assert job.status is pgqueue.JobStatus.WAITING
+    assert job.parents == {first: None}
+    target = queue.sync if backend == "sync" else queue
+    with pytest.raises(TypeError, match="depends_on is given per call"):
+        target.task(kind="other", depends_on=[first])(step)
+    with pytest.raises(TypeError, match="depends_on"):
+        task.options(depends_on="1")

@@ -101,7 +101,15 @@ async def test_worker_whose_listen_is_refused_polls_from_the_start_and_stops_whe
         await owner.install()
     with psycopg.connect(dsn, autocommit=True) as conn:
         role = sql.Identifier(str(conninfo_to_dict(one_connection_role)["user"]))
-        tables = ("queues", "unique_leases", "schedules", "results", "limits", "limit_slots")
+        tables = (
+            "queues",
+            "unique_leases",
+            "schedules",
+            "results",
+            "limits",
+            "limit_slots",
+            "dependencies",
+        )
         for granted in (table, *(f"{table}_{name}" for name in tables)):
             conn.execute(sql.SQL("GRANT ALL ON {} TO {}").format(sql.Identifier(granted), role))
         conn.execute(sql.SQL("GRANT ALL ON SEQUENCE {} TO {}").format(

@@ -36,6 +36,7 @@ GRANTS = (
     "GRANT USAGE ON SEQUENCE {sequence} TO {role}",
     "GRANT SELECT, INSERT, UPDATE, DELETE ON {queues}, {leases}, {schedules} TO {role}",
     "GRANT SELECT, INSERT, UPDATE, DELETE ON {results}, {limits}, {slots} TO {role}",
+    "GRANT SELECT, INSERT, UPDATE, DELETE ON {dependencies} TO {role}",
 )
 # With history=True, as the same section says.
 HISTORY_GRANT = "GRANT SELECT, INSERT, DELETE ON {history} TO {role}"
@@ -59,6 +60,7 @@ def runtime_dsn(request: pytest.FixtureRequest, dsn: str, table: str, raw: Raw) 
         "results": sql.Identifier(f"{table}_results"),
         "limits": sql.Identifier(f"{table}_limits"),
         "slots": sql.Identifier(f"{table}_limit_slots"),
+        "dependencies": sql.Identifier(f"{table}_dependencies"),
     }
     raw.conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(names["role"]))
     if request.param == "documented":

@@ -59,6 +59,7 @@ def _role_sql(fleet: Fleet, statement: str, role: str) -> None:
             results=sql.Identifier(f"{fleet.table}_results"),
             limits=sql.Identifier(f"{fleet.table}_limits"),
             slots=sql.Identifier(f"{fleet.table}_limit_slots"),
+            dependencies=sql.Identifier(f"{fleet.table}_dependencies"),
         )
     )
 
@@ -76,7 +77,10 @@ def roles(fleet: Fleet) -> Iterator[Callable[..., Role]]:
         _role_sql(fleet, "GRANT USAGE ON SEQUENCE {sequence} TO {role}", name)
         grant = "GRANT SELECT, INSERT, UPDATE, DELETE ON {queues}, {leases}, {schedules} TO {role}"
         _role_sql(fleet, grant, name)
-        grant = "GRANT SELECT, INSERT, UPDATE, DELETE ON {results}, {limits}, {slots} TO {role}"
+        grant = (
+            "GRANT SELECT, INSERT, UPDATE, DELETE ON {results}, {limits}, {slots}, {dependencies}"
+            " TO {role}"
+        )
         _role_sql(fleet, grant, name)
         for setting, value in settings.items():
             _role_sql(fleet, f"ALTER ROLE {{role}} SET {setting} = '{value}'", name)

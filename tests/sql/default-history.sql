@@ -9,8 +9,10 @@ WITH target AS (
     SELECT id, status FROM "pgqueue_jobs" WHERE id = ANY(%(ids)s::bigint[]) ORDER BY id FOR UPDATE
 ), cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j USING target AS t
-     WHERE j.id = t.id AND t.status IN ('pending', 'dead')
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.last_error, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl),
+     WHERE j.id = t.id AND t.status IN ('pending', 'dead', 'waiting')
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.last_error, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -23,6 +25,39 @@ cancelled_results AS (
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
     SELECT d.id, d.kind, d.queue, 'cancelled', NULL, NULL, d.attempts, now() + d.result_ttl
       FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
      WHERE d.result_ttl IS NOT NULL
     ON CONFLICT (job_id) DO UPDATE
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
@@ -42,10 +77,20 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM cancelled),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w)
+            FROM (SELECT FROM (SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
+       (SELECT count(*) FROM cancelled_swept)
 
 -- ==== cancel_requests
 SELECT id FROM "pgqueue_jobs" WHERE id = ANY(%s::bigint[]) AND cancel_requested_at IS NOT NULL
+
+-- ==== check
+SELECT d.id, j.status, r.outcome,
+       d.id <= coalesce(pg_sequence_last_value(
+                            pg_get_serial_sequence(%(table)s, 'id')::regclass), 0)
+  FROM unnest(%(depends_on)s::bigint[]) AS d(id)
+  LEFT JOIN "pgqueue_jobs" AS j ON j.id = d.id
+  LEFT JOIN "pgqueue_jobs_results" AS r ON r.job_id = d.id
+ ORDER BY d.id
 
 -- ==== claim
 WITH
@@ -169,14 +214,16 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents"
 
 -- ==== complete
 WITH
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running'
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -194,7 +241,28 @@ done_results AS (
     ON CONFLICT (job_id) DO UPDATE
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id)
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END)
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
@@ -234,6 +302,10 @@ UNION ALL
 UNION ALL
 (SELECT 2, queue, priority, kind, count(*), sum(count(*)) OVER () FROM (
     SELECT queue, priority, kind FROM "pgqueue_jobs" WHERE status = 'dead' ORDER BY id LIMIT %(cap)s) AS s
+ GROUP BY 2, 3, 4)
+UNION ALL
+(SELECT 3, queue, priority, kind, count(*), sum(count(*)) OVER () FROM (
+    SELECT queue, priority, kind FROM "pgqueue_jobs" WHERE status = 'waiting' ORDER BY id LIMIT %(cap)s) AS s
  GROUP BY 2, 3, 4)
 
 -- ==== cycle
@@ -313,10 +385,151 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed_rows AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error, j.dependents),
+failed_rows_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "pgqueue_jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              COALESCE(f.error, j.last_error) AS last_error),
+"cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
+cancelled_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_slots AS (
     SELECT s.limit_key, s.slot,
@@ -366,75 +579,28 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
-failed_rows AS (
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
     UPDATE "pgqueue_jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot, s.job_id),
-failed_rows_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "pgqueue_jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-"cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
-cancelled_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-cancelled_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -483,7 +649,7 @@ picked AS (
      LIMIT 100)
 SELECT id FROM picked
  LIMIT greatest(0, 100 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -507,12 +673,12 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== cycle_with_heads
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -604,7 +770,7 @@ picked AS (
             LIMIT 100) AS x
      LIMIT 100)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -616,17 +782,76 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
   FROM relax, read
 
+-- ==== dependents
+SELECT job_id FROM "pgqueue_jobs_dependencies" WHERE parent_id = %s ORDER BY job_id
+
 -- ==== enqueue
-WITH job AS (
+WITH parent AS (
+    SELECT id, status FROM "pgqueue_jobs" WHERE id = ANY(%(depends_on)s::bigint[])
+     ORDER BY id FOR UPDATE
+), marked AS (
+    UPDATE "pgqueue_jobs" AS j SET dependents = coalesce(j.dependents, 0) + 1
+      FROM parent AS p
+     WHERE j.id = p.id AND p.status <> 'dead' AND j.id = ANY(%(depends_on)s::bigint[])
+    RETURNING j.id
+), job AS (
     INSERT INTO "pgqueue_jobs" (kind, payload, run_at, max_attempts, queue, priority, result_ttl,
-                         limit_key, trace_context)
-    VALUES (%(kind)s, %(payload)s::jsonb,
-            COALESCE(%(run_at)s::timestamptz, now() + %(delay)s::interval), %(max_attempts)s,
-            %(queue)s, %(priority)s, %(result_ttl)s::interval, %(limit_key)s,
-            %(trace_context)s)
-    RETURNING id, kind
+                         limit_key, trace_context, status, waiting_on, parents)
+    SELECT %(kind)s, %(payload)s::jsonb,
+           COALESCE(%(run_at)s::timestamptz, now() + %(delay)s::interval), %(max_attempts)s,
+           %(queue)s, %(priority)s, %(result_ttl)s::interval, %(limit_key)s, %(trace_context)s,
+           CASE WHEN w.n > 0 THEN 'waiting' ELSE 'pending' END, w.n,
+           (SELECT jsonb_object_agg(d.id::text, NULL::jsonb)
+              FROM unnest(%(depends_on)s::bigint[]) AS d(id))
+           || (SELECT coalesce(jsonb_object_agg(r.job_id::text, r.value), '{}')
+                 FROM "pgqueue_jobs_results" AS r
+                WHERE r.job_id = ANY(%(depends_on)s::bigint[]) AND r.outcome = 'succeeded')
+      FROM (SELECT count(*)::integer AS n FROM marked) AS w
+    RETURNING id, kind, status
+), edges AS (
+    INSERT INTO "pgqueue_jobs_dependencies" (parent_id, job_id) SELECT m.id, job.id FROM marked AS m, job
 )
-SELECT id, pg_notify(%(channel)s, kind)::text FROM job
+SELECT id, CASE WHEN status = 'pending' THEN pg_notify(%(channel)s, kind) END::text,
+       (SELECT coalesce(array_agg(id), '{}') FROM parent WHERE status = 'dead')
+  FROM job
+
+-- ==== enqueue_many
+WITH pairs AS (
+    SELECT x.j, x.p FROM unnest(%(pair_job)s::bigint[], %(pair_parent)s::bigint[]) AS x(j, p)
+), parent AS (
+    SELECT id, status FROM "pgqueue_jobs" WHERE id = ANY(%(pair_parent)s::bigint[])
+     ORDER BY id FOR UPDATE
+), marked AS (
+    UPDATE "pgqueue_jobs" AS t SET dependents = coalesce(t.dependents, 0) + c.n
+      FROM (SELECT x.p, count(*)::integer AS n
+              FROM pairs AS x JOIN parent AS q ON q.id = x.p AND q.status <> 'dead'
+             GROUP BY x.p) AS c
+     WHERE t.id = c.p AND t.id = ANY(%(pair_parent)s::bigint[])
+    RETURNING t.id
+), live AS (
+    SELECT x.j, x.p FROM pairs AS x JOIN marked AS m ON m.id = x.p
+), job AS (
+    INSERT INTO "pgqueue_jobs" ("id", "kind", "payload", "run_at", "max_attempts", "queue", "priority", "result_ttl", "limit_key", trace_context, status, waiting_on, parents)
+    SELECT r.*, %(trace_context)s::text,
+           CASE WHEN coalesce(w.n, 0) > 0 THEN 'waiting' ELSE 'pending' END, coalesce(w.n, 0),
+           k.parents
+      FROM unnest(%(id)s::bigint[], %(kind)s::text[], %(payload)s::jsonb[],
+                  %(run_at)s::timestamptz[], %(max_attempts)s::integer[], %(queue)s::text[],
+                  %(priority)s::smallint[], %(result_ttl)s::interval[], %(limit_key)s::text[])
+           AS r(id, kind, payload, run_at, max_attempts, queue, priority, result_ttl, limit_key)
+      LEFT JOIN (SELECT j, count(*)::integer AS n FROM live GROUP BY j) AS w ON w.j = r.id
+      LEFT JOIN (SELECT x.j, jsonb_object_agg(x.p::text, v.value) AS parents
+                   FROM pairs AS x
+                   LEFT JOIN "pgqueue_jobs_results" AS v ON v.job_id = x.p AND v.outcome = 'succeeded'
+                  GROUP BY x.j) AS k ON k.j = r.id
+    RETURNING id, kind, status
+), edges AS (
+    INSERT INTO "pgqueue_jobs_dependencies" (parent_id, job_id) SELECT p, j FROM live
+)
+SELECT (SELECT count(*) FROM job),
+       (SELECT coalesce(array_agg(id), '{}') FROM parent WHERE status = 'dead'),
+       (SELECT count(pg_notify(%(channel)s, kind))
+          FROM (SELECT DISTINCT kind FROM job WHERE status = 'pending') AS k)
 
 -- ==== ensure_slots
 INSERT INTO "pgqueue_jobs_limit_slots" (limit_key, slot) SELECT unnest(%(keys)s::text[]), 1
@@ -760,10 +985,10 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents"
 
 -- ==== get
-SELECT "id", "kind", "payload", "attempts", "max_attempts", "status", "run_at", "last_error", "locked_by", "locked_at", "created_at", "queue", "priority", "unique_key", extract(epoch FROM result_ttl)::float8 AS "result_ttl", "limit_key", cancel_requested_at IS NOT NULL AS "cancel_requested", "trace_context" FROM "pgqueue_jobs" WHERE id = %s
+SELECT "id", "kind", "payload", "attempts", "max_attempts", "status", "run_at", "last_error", "locked_by", "locked_at", "created_at", "queue", "priority", "unique_key", extract(epoch FROM result_ttl)::float8 AS "result_ttl", "limit_key", cancel_requested_at IS NOT NULL AS "cancel_requested", "trace_context", "parents" FROM "pgqueue_jobs" WHERE id = %s
 
 -- ==== heartbeat
 UPDATE "pgqueue_jobs" SET locked_at = now()
@@ -777,7 +1002,7 @@ SELECT *, %s::text FROM unnest(%s::bigint[], %s::text[], %s::jsonb[], %s::timest
                                %s::text[])
 
 -- ==== jobs
-SELECT "id", "kind", "payload", "attempts", "max_attempts", "status", "run_at", "last_error", "locked_by", "locked_at", "created_at", "queue", "priority", "unique_key", extract(epoch FROM result_ttl)::float8 AS "result_ttl", "limit_key", cancel_requested_at IS NOT NULL AS "cancel_requested", "trace_context" FROM "pgqueue_jobs"
+SELECT "id", "kind", "payload", "attempts", "max_attempts", "status", "run_at", "last_error", "locked_by", "locked_at", "created_at", "queue", "priority", "unique_key", extract(epoch FROM result_ttl)::float8 AS "result_ttl", "limit_key", cancel_requested_at IS NOT NULL AS "cancel_requested", "trace_context", "parents" FROM "pgqueue_jobs"
  WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
    AND (%(kinds)s::text[] IS NULL OR kind = ANY(%(kinds)s::text[]))
    AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
@@ -843,7 +1068,7 @@ UPDATE "pgqueue_jobs" AS j
         ORDER BY priority DESC, run_at, id
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED)
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents"
 
 -- ==== orphan_claims[(False, True)]
 UPDATE "pgqueue_jobs" AS j
@@ -856,7 +1081,7 @@ UPDATE "pgqueue_jobs" AS j
         ORDER BY priority DESC, run_at, id
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED)
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents"
 
 -- ==== orphan_claims[(True, False)]
 UPDATE "pgqueue_jobs" AS j
@@ -869,7 +1094,7 @@ UPDATE "pgqueue_jobs" AS j
         ORDER BY priority DESC, run_at, id
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED)
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents"
 
 -- ==== orphan_claims[(True, True)]
 UPDATE "pgqueue_jobs" AS j
@@ -882,7 +1107,7 @@ UPDATE "pgqueue_jobs" AS j
         ORDER BY priority DESC, run_at, id
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED)
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents"
 
 -- ==== pause_records
 SELECT queue, paused FROM "pgqueue_jobs_queues" ORDER BY queue LIMIT %s
@@ -938,8 +1163,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -957,6 +1184,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -966,7 +1226,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -980,6 +1242,39 @@ cancelled_results AS (
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
     SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
       FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
      WHERE d.result_ttl IS NOT NULL
     ON CONFLICT (job_id) DO UPDATE
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
@@ -1178,6 +1473,9 @@ EXPLAIN (FORMAT JSON) SELECT 1 FROM "pgqueue_jobs" WHERE status = 'pending'
 -- ==== status_estimates[running]
 EXPLAIN (FORMAT JSON) SELECT 1 FROM "pgqueue_jobs" WHERE status = 'running'
 
+-- ==== status_estimates[waiting]
+EXPLAIN (FORMAT JSON) SELECT 1 FROM "pgqueue_jobs" WHERE status = 'waiting'
+
 -- ==== table_estimate
 EXPLAIN (FORMAT JSON) SELECT 1 FROM "pgqueue_jobs"
 
@@ -1338,7 +1636,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents"
 
 -- ==== claim_for(queues=False kinds=False limited=True)
 WITH
@@ -1462,7 +1760,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents"
 
 -- ==== claim_for(queues=False kinds=True limited=False)
 UPDATE "pgqueue_jobs" AS j
@@ -1510,7 +1808,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents"
 
 -- ==== claim_for(queues=False kinds=True limited=True)
 WITH
@@ -1634,7 +1932,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents"
 
 -- ==== claim_for(queues=True kinds=False limited=False)
 UPDATE "pgqueue_jobs" AS j
@@ -1677,7 +1975,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents"
 
 -- ==== claim_for(queues=True kinds=False limited=True)
 WITH
@@ -1796,7 +2094,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents"
 
 -- ==== claim_for(queues=True kinds=True limited=False)
 UPDATE "pgqueue_jobs" AS j
@@ -1839,7 +2137,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents"
 
 -- ==== claim_for(queues=True kinds=True limited=True)
 WITH
@@ -1958,15 +2256,18 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents"
 
 -- ==== turn(queues=False kinds=False budget=False limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -1985,7 +2286,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -2033,7 +2354,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -2051,12 +2372,12 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=False budget=False limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -2104,7 +2425,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -2119,28 +2440,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=False budget=False limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -2161,8 +2460,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -2180,6 +2481,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -2189,7 +2523,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -2208,8 +2544,87 @@ cancelled_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -2257,7 +2672,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -2281,11 +2696,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=False budget=False limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -2306,8 +2716,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -2325,6 +2737,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -2334,7 +2779,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -2353,8 +2800,46 @@ cancelled_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -2402,7 +2887,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -2497,10 +2982,13 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_slots AS (
     SELECT s.limit_key, s.slot,
@@ -2550,7 +3038,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -2599,7 +3107,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -2691,12 +3199,12 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -2745,7 +3253,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -2834,10 +3342,151 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed_rows AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error, j.dependents),
+failed_rows_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "pgqueue_jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              COALESCE(f.error, j.last_error) AS last_error),
+"cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
+cancelled_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_slots AS (
     SELECT s.limit_key, s.slot,
@@ -2887,75 +3536,28 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
-failed_rows AS (
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
     UPDATE "pgqueue_jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot, s.job_id),
-failed_rows_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "pgqueue_jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-"cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
-cancelled_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-cancelled_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -3004,7 +3606,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -3102,11 +3704,6 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -3127,8 +3724,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -3146,6 +3745,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -3155,7 +3787,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -3174,8 +3808,46 @@ cancelled_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -3224,7 +3896,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -3245,10 +3917,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=False budget=True limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -3267,7 +3942,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -3318,7 +4013,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -3336,12 +4031,12 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=False budget=True limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -3392,7 +4087,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -3407,28 +4102,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=False budget=True limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -3449,8 +4122,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -3468,6 +4143,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -3477,7 +4185,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -3496,8 +4206,87 @@ cancelled_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -3548,7 +4337,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -3572,11 +4361,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=False budget=True limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -3597,8 +4381,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -3616,6 +4402,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -3625,7 +4444,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -3644,8 +4465,46 @@ cancelled_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -3696,7 +4555,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -3791,10 +4650,13 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_slots AS (
     SELECT s.limit_key, s.slot,
@@ -3844,7 +4706,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -3896,7 +4778,7 @@ SELECT id FROM (
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
  LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -3988,12 +4870,12 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -4045,7 +4927,7 @@ SELECT id FROM (
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -4134,10 +5016,151 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed_rows AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error, j.dependents),
+failed_rows_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "pgqueue_jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              COALESCE(f.error, j.last_error) AS last_error),
+"cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
+cancelled_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_slots AS (
     SELECT s.limit_key, s.slot,
@@ -4187,75 +5210,28 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
-failed_rows AS (
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
     UPDATE "pgqueue_jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot, s.job_id),
-failed_rows_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "pgqueue_jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-"cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
-cancelled_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-cancelled_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -4307,7 +5283,7 @@ SELECT id FROM (
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
  LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -4405,11 +5381,6 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -4430,8 +5401,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -4449,6 +5422,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -4458,7 +5464,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -4477,8 +5485,46 @@ cancelled_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -4530,7 +5576,7 @@ SELECT id FROM (
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -4551,10 +5597,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=True budget=False limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -4573,7 +5622,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -4621,7 +5690,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -4639,12 +5708,12 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=True budget=False limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -4692,7 +5761,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -4707,28 +5776,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=True budget=False limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -4749,8 +5796,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -4768,6 +5817,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -4777,7 +5859,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -4796,8 +5880,87 @@ cancelled_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -4845,7 +6008,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -4869,11 +6032,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=True budget=False limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -4894,8 +6052,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -4913,6 +6073,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -4922,7 +6115,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -4941,8 +6136,46 @@ cancelled_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -4990,7 +6223,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -5085,10 +6318,13 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_slots AS (
     SELECT s.limit_key, s.slot,
@@ -5138,7 +6374,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -5187,7 +6443,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -5279,12 +6535,12 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -5333,7 +6589,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -5422,10 +6678,151 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed_rows AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error, j.dependents),
+failed_rows_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "pgqueue_jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              COALESCE(f.error, j.last_error) AS last_error),
+"cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
+cancelled_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_slots AS (
     SELECT s.limit_key, s.slot,
@@ -5475,75 +6872,28 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
-failed_rows AS (
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
     UPDATE "pgqueue_jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot, s.job_id),
-failed_rows_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "pgqueue_jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-"cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
-cancelled_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-cancelled_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -5592,7 +6942,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -5690,11 +7040,6 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -5715,8 +7060,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -5734,6 +7081,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -5743,7 +7123,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -5762,8 +7144,46 @@ cancelled_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -5812,7 +7232,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -5833,10 +7253,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=True budget=True limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -5855,7 +7278,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -5906,7 +7349,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -5924,12 +7367,12 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=True budget=True limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -5980,7 +7423,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -5995,28 +7438,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=True budget=True limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -6037,8 +7458,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -6056,6 +7479,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -6065,7 +7521,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -6084,8 +7542,87 @@ cancelled_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -6136,7 +7673,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -6160,11 +7697,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=True budget=True limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -6185,8 +7717,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -6204,6 +7738,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -6213,7 +7780,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -6232,8 +7801,46 @@ cancelled_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -6284,7 +7891,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -6379,10 +7986,13 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_slots AS (
     SELECT s.limit_key, s.slot,
@@ -6432,7 +8042,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -6484,7 +8114,7 @@ SELECT id FROM (
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
  LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -6576,12 +8206,12 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -6633,7 +8263,7 @@ SELECT id FROM (
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -6722,10 +8352,151 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed_rows AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error, j.dependents),
+failed_rows_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "pgqueue_jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              COALESCE(f.error, j.last_error) AS last_error),
+"cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
+cancelled_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_slots AS (
     SELECT s.limit_key, s.slot,
@@ -6775,75 +8546,28 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
-failed_rows AS (
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
     UPDATE "pgqueue_jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot, s.job_id),
-failed_rows_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "pgqueue_jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-"cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
-cancelled_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-cancelled_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -6895,7 +8619,7 @@ SELECT id FROM (
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
  LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -6993,11 +8717,6 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -7018,8 +8737,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -7037,6 +8758,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -7046,7 +8800,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -7065,8 +8821,46 @@ cancelled_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -7118,7 +8912,7 @@ SELECT id FROM (
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -7139,10 +8933,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=False budget=False limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -7161,7 +8958,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -7204,7 +9021,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -7222,12 +9039,12 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=False budget=False limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -7270,7 +9087,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -7285,28 +9102,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=False budget=False limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -7327,8 +9122,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -7346,6 +9143,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -7355,7 +9185,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -7374,8 +9206,87 @@ cancelled_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -7418,7 +9329,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -7442,11 +9353,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=False budget=False limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -7467,8 +9373,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -7486,6 +9394,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -7495,7 +9436,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -7514,8 +9457,46 @@ cancelled_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -7558,7 +9539,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -7653,10 +9634,13 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_slots AS (
     SELECT s.limit_key, s.slot,
@@ -7706,7 +9690,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -7750,7 +9754,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -7842,12 +9846,12 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -7891,7 +9895,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -7980,10 +9984,151 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed_rows AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error, j.dependents),
+failed_rows_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "pgqueue_jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              COALESCE(f.error, j.last_error) AS last_error),
+"cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
+cancelled_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_slots AS (
     SELECT s.limit_key, s.slot,
@@ -8033,75 +10178,28 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
-failed_rows AS (
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
     UPDATE "pgqueue_jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot, s.job_id),
-failed_rows_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "pgqueue_jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-"cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
-cancelled_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-cancelled_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -8145,7 +10243,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -8243,11 +10341,6 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -8268,8 +10361,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -8287,6 +10382,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -8296,7 +10424,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -8315,8 +10445,46 @@ cancelled_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -8360,7 +10528,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -8381,10 +10549,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=False budget=True limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -8403,7 +10574,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -8449,7 +10640,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -8467,12 +10658,12 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=False budget=True limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -8518,7 +10709,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -8533,28 +10724,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=False budget=True limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -8575,8 +10744,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -8594,6 +10765,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -8603,7 +10807,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -8622,8 +10828,87 @@ cancelled_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -8669,7 +10954,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -8693,11 +10978,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=False budget=True limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -8718,8 +10998,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -8737,6 +11019,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -8746,7 +11061,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -8765,8 +11082,46 @@ cancelled_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -8812,7 +11167,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -8907,10 +11262,13 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_slots AS (
     SELECT s.limit_key, s.slot,
@@ -8960,7 +11318,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -9007,7 +11385,7 @@ SELECT id FROM (
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
  LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -9099,12 +11477,12 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -9151,7 +11529,7 @@ SELECT id FROM (
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -9240,10 +11618,151 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed_rows AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error, j.dependents),
+failed_rows_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "pgqueue_jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              COALESCE(f.error, j.last_error) AS last_error),
+"cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
+cancelled_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_slots AS (
     SELECT s.limit_key, s.slot,
@@ -9293,75 +11812,28 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
-failed_rows AS (
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
     UPDATE "pgqueue_jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot, s.job_id),
-failed_rows_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "pgqueue_jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-"cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
-cancelled_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-cancelled_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -9408,7 +11880,7 @@ SELECT id FROM (
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
  LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -9506,11 +11978,6 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -9531,8 +11998,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -9550,6 +12019,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -9559,7 +12061,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -9578,8 +12082,46 @@ cancelled_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -9626,7 +12168,7 @@ SELECT id FROM (
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -9647,10 +12189,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=True budget=False limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -9669,7 +12214,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -9712,7 +12277,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -9730,12 +12295,12 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=True budget=False limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -9778,7 +12343,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -9793,28 +12358,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=True budget=False limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -9835,8 +12378,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -9854,6 +12399,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -9863,7 +12441,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -9882,8 +12462,87 @@ cancelled_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -9926,7 +12585,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -9950,11 +12609,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=True budget=False limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -9975,8 +12629,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -9994,6 +12650,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -10003,7 +12692,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -10022,8 +12713,46 @@ cancelled_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -10066,7 +12795,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -10161,10 +12890,13 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_slots AS (
     SELECT s.limit_key, s.slot,
@@ -10214,7 +12946,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -10258,7 +13010,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -10350,12 +13102,12 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -10399,7 +13151,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -10488,10 +13240,151 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed_rows AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error, j.dependents),
+failed_rows_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "pgqueue_jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              COALESCE(f.error, j.last_error) AS last_error),
+"cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
+cancelled_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_slots AS (
     SELECT s.limit_key, s.slot,
@@ -10541,75 +13434,28 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
-failed_rows AS (
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
     UPDATE "pgqueue_jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot, s.job_id),
-failed_rows_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "pgqueue_jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-"cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
-cancelled_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-cancelled_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -10653,7 +13499,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -10751,11 +13597,6 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -10776,8 +13617,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -10795,6 +13638,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -10804,7 +13680,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -10823,8 +13701,46 @@ cancelled_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -10868,7 +13784,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -10889,10 +13805,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=True budget=True limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -10911,7 +13830,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -10957,7 +13896,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -10975,12 +13914,12 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=True budget=True limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -11026,7 +13965,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -11041,28 +13980,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=True budget=True limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -11083,8 +14000,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -11102,6 +14021,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -11111,7 +14063,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -11130,8 +14084,87 @@ cancelled_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -11177,7 +14210,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -11201,11 +14234,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=True budget=True limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -11226,8 +14254,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -11245,6 +14275,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -11254,7 +14317,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -11273,8 +14338,46 @@ cancelled_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -11320,7 +14423,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -11415,10 +14518,13 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_slots AS (
     SELECT s.limit_key, s.slot,
@@ -11468,7 +14574,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -11515,7 +14641,7 @@ SELECT id FROM (
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
  LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -11607,12 +14733,12 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -11659,7 +14785,7 @@ SELECT id FROM (
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -11748,10 +14874,151 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed_rows AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error, j.dependents),
+failed_rows_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "pgqueue_jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              COALESCE(f.error, j.last_error) AS last_error),
+"cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
+cancelled_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_slots AS (
     SELECT s.limit_key, s.slot,
@@ -11801,75 +15068,28 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
-failed_rows AS (
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
     UPDATE "pgqueue_jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot, s.job_id),
-failed_rows_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "pgqueue_jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-"cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
-cancelled_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-cancelled_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -11916,7 +15136,7 @@ SELECT id FROM (
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
  LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -12014,10 +15234,151 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed_rows AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error, j.dependents),
+failed_rows_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "pgqueue_jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              COALESCE(f.error, j.last_error) AS last_error),
+"cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
+cancelled_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_slots AS (
     SELECT s.limit_key, s.slot,
@@ -12067,75 +15428,28 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
-failed_rows AS (
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
     UPDATE "pgqueue_jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot, s.job_id),
-failed_rows_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "pgqueue_jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-"cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
-cancelled_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-cancelled_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -12182,7 +15496,7 @@ SELECT id FROM (
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
  LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -12280,11 +15594,6 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -12305,8 +15614,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -12324,6 +15635,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -12333,7 +15677,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -12352,8 +15698,46 @@ cancelled_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -12400,7 +15784,7 @@ SELECT id FROM (
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -12495,11 +15879,6 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
-"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -12520,8 +15899,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -12539,6 +15920,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -12548,7 +15962,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -12567,8 +15983,46 @@ cancelled_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -12615,7 +16069,7 @@ SELECT id FROM (
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -12636,12 +16090,12 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=False plain=True heads=True)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -12733,7 +16187,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -12748,12 +16202,12 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=True plain=True heads=True)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -12845,7 +16299,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -12860,12 +16314,12 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=False plain=True heads=True)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -12930,7 +16384,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -12945,12 +16399,12 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=True plain=True heads=True)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -13015,7 +16469,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -13279,6 +16733,43 @@ CREATE INDEX IF NOT EXISTS "pgqueue_jobs_dead" ON "pgqueue_jobs" (id) WHERE stat
 
 -- ==== migration 12, step 1
 ALTER TABLE "pgqueue_jobs" SET (fillfactor = 40)
+
+-- ==== migration 13, step 1
+ALTER TABLE "pgqueue_jobs"
+    ADD COLUMN IF NOT EXISTS waiting_on integer,
+    ADD COLUMN IF NOT EXISTS dependents integer,
+    ADD COLUMN IF NOT EXISTS parents jsonb
+
+-- ==== migration 13, step 2
+SELECT conname FROM pg_constraint
+ WHERE conrelid = %s::regclass AND contype = 'c'
+   AND pg_get_constraintdef(oid) LIKE '%%status%%' AND pg_get_constraintdef(oid) LIKE '%%dead%%'
+
+-- ==== migration 13, step 3
+ALTER TABLE "pgqueue_jobs" ADD CHECK (status IN ('pending', 'running', 'dead', 'waiting')) NOT VALID
+
+-- ==== migration 13, step 4
+CREATE TABLE IF NOT EXISTS "pgqueue_jobs_dependencies" (
+    parent_id bigint NOT NULL,
+    job_id    bigint NOT NULL,
+    PRIMARY KEY (parent_id, job_id)
+)
+
+-- ==== migration 13, step 5
+SELECT i.indrelid IS NOT DISTINCT FROM %s::regclass, i.indisvalid,
+       CASE WHEN i.indisunique = %s THEN split_part(pg_get_indexdef(c.oid), ' USING ', 2) END
+  FROM pg_class c LEFT JOIN pg_index i ON i.indexrelid = c.oid
+ WHERE c.oid = to_regclass(%s)
+
+-- ==== migration 13, step 6
+CREATE INDEX IF NOT EXISTS "pgqueue_jobs_waiting" ON "pgqueue_jobs" (id) WHERE status = 'waiting'
+
+-- ==== migration 13, step 7
+SELECT pg_get_userbyid(a.grantee), a.privilege_type
+  FROM pg_class AS c, aclexplode(c.relacl) AS a
+ WHERE c.oid = %s::regclass AND a.grantee <> 0 AND a.grantee <> c.relowner
+   AND a.privilege_type IN ('SELECT', 'INSERT', 'UPDATE', 'DELETE')
+ ORDER BY 1, 2
 
 -- ==== seed.claim
 UPDATE "pgqueue_jobs" SET status='running', locked_at=now(), locked_by=%s, attempts=attempts+1

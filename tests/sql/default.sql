@@ -9,8 +9,10 @@ WITH target AS (
     SELECT id, status FROM "pgqueue_jobs" WHERE id = ANY(%(ids)s::bigint[]) ORDER BY id FOR UPDATE
 ), cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j USING target AS t
-     WHERE j.id = t.id AND t.status IN ('pending', 'dead')
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.last_error),
+     WHERE j.id = t.id AND t.status IN ('pending', 'dead', 'waiting')
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.last_error, j.dependents),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM cancelled AS d
@@ -22,6 +24,38 @@ cancelled_results AS (
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
     SELECT d.id, d.kind, d.queue, 'cancelled', NULL, NULL, d.attempts, now() + d.result_ttl
       FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
      WHERE d.result_ttl IS NOT NULL
     ON CONFLICT (job_id) DO UPDATE
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
@@ -41,10 +75,20 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM cancelled),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w)
+            FROM (SELECT FROM (SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
+       (SELECT count(*) FROM cancelled_swept)
 
 -- ==== cancel_requests
 SELECT id FROM "pgqueue_jobs" WHERE id = ANY(%s::bigint[]) AND cancel_requested_at IS NOT NULL
+
+-- ==== check
+SELECT d.id, j.status, r.outcome,
+       d.id <= coalesce(pg_sequence_last_value(
+                            pg_get_serial_sequence(%(table)s, 'id')::regclass), 0)
+  FROM unnest(%(depends_on)s::bigint[]) AS d(id)
+  LEFT JOIN "pgqueue_jobs" AS j ON j.id = d.id
+  LEFT JOIN "pgqueue_jobs_results" AS r ON r.job_id = d.id
+ ORDER BY d.id
 
 -- ==== claim
 WITH
@@ -168,14 +212,16 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents"
 
 -- ==== complete
 WITH
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running'
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 done_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM done AS d
@@ -192,7 +238,28 @@ done_results AS (
     ON CONFLICT (job_id) DO UPDATE
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id)
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END)
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
@@ -232,6 +299,10 @@ UNION ALL
 UNION ALL
 (SELECT 2, queue, priority, kind, count(*), sum(count(*)) OVER () FROM (
     SELECT queue, priority, kind FROM "pgqueue_jobs" WHERE status = 'dead' ORDER BY id LIMIT %(cap)s) AS s
+ GROUP BY 2, 3, 4)
+UNION ALL
+(SELECT 3, queue, priority, kind, count(*), sum(count(*)) OVER () FROM (
+    SELECT queue, priority, kind FROM "pgqueue_jobs" WHERE status = 'waiting' ORDER BY id LIMIT %(cap)s) AS s
  GROUP BY 2, 3, 4)
 
 -- ==== cycle
@@ -311,10 +382,148 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed_rows AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error, j.dependents),
+failed_rows_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "pgqueue_jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              COALESCE(f.error, j.last_error) AS last_error),
+cancelled_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 done_slots AS (
     SELECT s.limit_key, s.slot,
            row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
@@ -363,74 +572,28 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
-failed_rows AS (
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
     UPDATE "pgqueue_jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot, s.job_id),
-failed_rows_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "pgqueue_jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-cancelled_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-cancelled_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -479,7 +642,7 @@ picked AS (
      LIMIT 100)
 SELECT id FROM picked
  LIMIT greatest(0, 100 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -503,11 +666,11 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== cycle_with_heads
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -599,7 +762,7 @@ picked AS (
             LIMIT 100) AS x
      LIMIT 100)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -611,17 +774,76 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) - read.before
   FROM relax, read
 
+-- ==== dependents
+SELECT job_id FROM "pgqueue_jobs_dependencies" WHERE parent_id = %s ORDER BY job_id
+
 -- ==== enqueue
-WITH job AS (
+WITH parent AS (
+    SELECT id, status FROM "pgqueue_jobs" WHERE id = ANY(%(depends_on)s::bigint[])
+     ORDER BY id FOR UPDATE
+), marked AS (
+    UPDATE "pgqueue_jobs" AS j SET dependents = coalesce(j.dependents, 0) + 1
+      FROM parent AS p
+     WHERE j.id = p.id AND p.status <> 'dead' AND j.id = ANY(%(depends_on)s::bigint[])
+    RETURNING j.id
+), job AS (
     INSERT INTO "pgqueue_jobs" (kind, payload, run_at, max_attempts, queue, priority, result_ttl,
-                         limit_key, trace_context)
-    VALUES (%(kind)s, %(payload)s::jsonb,
-            COALESCE(%(run_at)s::timestamptz, now() + %(delay)s::interval), %(max_attempts)s,
-            %(queue)s, %(priority)s, %(result_ttl)s::interval, %(limit_key)s,
-            %(trace_context)s)
-    RETURNING id, kind
+                         limit_key, trace_context, status, waiting_on, parents)
+    SELECT %(kind)s, %(payload)s::jsonb,
+           COALESCE(%(run_at)s::timestamptz, now() + %(delay)s::interval), %(max_attempts)s,
+           %(queue)s, %(priority)s, %(result_ttl)s::interval, %(limit_key)s, %(trace_context)s,
+           CASE WHEN w.n > 0 THEN 'waiting' ELSE 'pending' END, w.n,
+           (SELECT jsonb_object_agg(d.id::text, NULL::jsonb)
+              FROM unnest(%(depends_on)s::bigint[]) AS d(id))
+           || (SELECT coalesce(jsonb_object_agg(r.job_id::text, r.value), '{}')
+                 FROM "pgqueue_jobs_results" AS r
+                WHERE r.job_id = ANY(%(depends_on)s::bigint[]) AND r.outcome = 'succeeded')
+      FROM (SELECT count(*)::integer AS n FROM marked) AS w
+    RETURNING id, kind, status
+), edges AS (
+    INSERT INTO "pgqueue_jobs_dependencies" (parent_id, job_id) SELECT m.id, job.id FROM marked AS m, job
 )
-SELECT id, pg_notify(%(channel)s, kind)::text FROM job
+SELECT id, CASE WHEN status = 'pending' THEN pg_notify(%(channel)s, kind) END::text,
+       (SELECT coalesce(array_agg(id), '{}') FROM parent WHERE status = 'dead')
+  FROM job
+
+-- ==== enqueue_many
+WITH pairs AS (
+    SELECT x.j, x.p FROM unnest(%(pair_job)s::bigint[], %(pair_parent)s::bigint[]) AS x(j, p)
+), parent AS (
+    SELECT id, status FROM "pgqueue_jobs" WHERE id = ANY(%(pair_parent)s::bigint[])
+     ORDER BY id FOR UPDATE
+), marked AS (
+    UPDATE "pgqueue_jobs" AS t SET dependents = coalesce(t.dependents, 0) + c.n
+      FROM (SELECT x.p, count(*)::integer AS n
+              FROM pairs AS x JOIN parent AS q ON q.id = x.p AND q.status <> 'dead'
+             GROUP BY x.p) AS c
+     WHERE t.id = c.p AND t.id = ANY(%(pair_parent)s::bigint[])
+    RETURNING t.id
+), live AS (
+    SELECT x.j, x.p FROM pairs AS x JOIN marked AS m ON m.id = x.p
+), job AS (
+    INSERT INTO "pgqueue_jobs" ("id", "kind", "payload", "run_at", "max_attempts", "queue", "priority", "result_ttl", "limit_key", trace_context, status, waiting_on, parents)
+    SELECT r.*, %(trace_context)s::text,
+           CASE WHEN coalesce(w.n, 0) > 0 THEN 'waiting' ELSE 'pending' END, coalesce(w.n, 0),
+           k.parents
+      FROM unnest(%(id)s::bigint[], %(kind)s::text[], %(payload)s::jsonb[],
+                  %(run_at)s::timestamptz[], %(max_attempts)s::integer[], %(queue)s::text[],
+                  %(priority)s::smallint[], %(result_ttl)s::interval[], %(limit_key)s::text[])
+           AS r(id, kind, payload, run_at, max_attempts, queue, priority, result_ttl, limit_key)
+      LEFT JOIN (SELECT j, count(*)::integer AS n FROM live GROUP BY j) AS w ON w.j = r.id
+      LEFT JOIN (SELECT x.j, jsonb_object_agg(x.p::text, v.value) AS parents
+                   FROM pairs AS x
+                   LEFT JOIN "pgqueue_jobs_results" AS v ON v.job_id = x.p AND v.outcome = 'succeeded'
+                  GROUP BY x.j) AS k ON k.j = r.id
+    RETURNING id, kind, status
+), edges AS (
+    INSERT INTO "pgqueue_jobs_dependencies" (parent_id, job_id) SELECT p, j FROM live
+)
+SELECT (SELECT count(*) FROM job),
+       (SELECT coalesce(array_agg(id), '{}') FROM parent WHERE status = 'dead'),
+       (SELECT count(pg_notify(%(channel)s, kind))
+          FROM (SELECT DISTINCT kind FROM job WHERE status = 'pending') AS k)
 
 -- ==== ensure_slots
 INSERT INTO "pgqueue_jobs_limit_slots" (limit_key, slot) SELECT unnest(%(keys)s::text[]), 1
@@ -755,10 +977,10 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents"
 
 -- ==== get
-SELECT "id", "kind", "payload", "attempts", "max_attempts", "status", "run_at", "last_error", "locked_by", "locked_at", "created_at", "queue", "priority", "unique_key", extract(epoch FROM result_ttl)::float8 AS "result_ttl", "limit_key", cancel_requested_at IS NOT NULL AS "cancel_requested", "trace_context" FROM "pgqueue_jobs" WHERE id = %s
+SELECT "id", "kind", "payload", "attempts", "max_attempts", "status", "run_at", "last_error", "locked_by", "locked_at", "created_at", "queue", "priority", "unique_key", extract(epoch FROM result_ttl)::float8 AS "result_ttl", "limit_key", cancel_requested_at IS NOT NULL AS "cancel_requested", "trace_context", "parents" FROM "pgqueue_jobs" WHERE id = %s
 
 -- ==== heartbeat
 UPDATE "pgqueue_jobs" SET locked_at = now()
@@ -772,7 +994,7 @@ SELECT *, %s::text FROM unnest(%s::bigint[], %s::text[], %s::jsonb[], %s::timest
                                %s::text[])
 
 -- ==== jobs
-SELECT "id", "kind", "payload", "attempts", "max_attempts", "status", "run_at", "last_error", "locked_by", "locked_at", "created_at", "queue", "priority", "unique_key", extract(epoch FROM result_ttl)::float8 AS "result_ttl", "limit_key", cancel_requested_at IS NOT NULL AS "cancel_requested", "trace_context" FROM "pgqueue_jobs"
+SELECT "id", "kind", "payload", "attempts", "max_attempts", "status", "run_at", "last_error", "locked_by", "locked_at", "created_at", "queue", "priority", "unique_key", extract(epoch FROM result_ttl)::float8 AS "result_ttl", "limit_key", cancel_requested_at IS NOT NULL AS "cancel_requested", "trace_context", "parents" FROM "pgqueue_jobs"
  WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
    AND (%(kinds)s::text[] IS NULL OR kind = ANY(%(kinds)s::text[]))
    AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
@@ -838,7 +1060,7 @@ UPDATE "pgqueue_jobs" AS j
         ORDER BY priority DESC, run_at, id
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED)
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents"
 
 -- ==== orphan_claims[(False, True)]
 UPDATE "pgqueue_jobs" AS j
@@ -851,7 +1073,7 @@ UPDATE "pgqueue_jobs" AS j
         ORDER BY priority DESC, run_at, id
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED)
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents"
 
 -- ==== orphan_claims[(True, False)]
 UPDATE "pgqueue_jobs" AS j
@@ -864,7 +1086,7 @@ UPDATE "pgqueue_jobs" AS j
         ORDER BY priority DESC, run_at, id
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED)
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents"
 
 -- ==== orphan_claims[(True, True)]
 UPDATE "pgqueue_jobs" AS j
@@ -877,7 +1099,7 @@ UPDATE "pgqueue_jobs" AS j
         ORDER BY priority DESC, run_at, id
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED)
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents"
 
 -- ==== pause_records
 SELECT queue, paused FROM "pgqueue_jobs_queues" ORDER BY queue LIMIT %s
@@ -932,8 +1154,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -951,6 +1175,38 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -960,7 +1216,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -973,6 +1231,38 @@ cancelled_results AS (
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
     SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
       FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
      WHERE d.result_ttl IS NOT NULL
     ON CONFLICT (job_id) DO UPDATE
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
@@ -1171,6 +1461,9 @@ EXPLAIN (FORMAT JSON) SELECT 1 FROM "pgqueue_jobs" WHERE status = 'pending'
 -- ==== status_estimates[running]
 EXPLAIN (FORMAT JSON) SELECT 1 FROM "pgqueue_jobs" WHERE status = 'running'
 
+-- ==== status_estimates[waiting]
+EXPLAIN (FORMAT JSON) SELECT 1 FROM "pgqueue_jobs" WHERE status = 'waiting'
+
 -- ==== table_estimate
 EXPLAIN (FORMAT JSON) SELECT 1 FROM "pgqueue_jobs"
 
@@ -1331,7 +1624,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents"
 
 -- ==== claim_for(queues=False kinds=False limited=True)
 WITH
@@ -1455,7 +1748,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents"
 
 -- ==== claim_for(queues=False kinds=True limited=False)
 UPDATE "pgqueue_jobs" AS j
@@ -1503,7 +1796,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents"
 
 -- ==== claim_for(queues=False kinds=True limited=True)
 WITH
@@ -1627,7 +1920,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents"
 
 -- ==== claim_for(queues=True kinds=False limited=False)
 UPDATE "pgqueue_jobs" AS j
@@ -1670,7 +1963,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents"
 
 -- ==== claim_for(queues=True kinds=False limited=True)
 WITH
@@ -1789,7 +2082,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents"
 
 -- ==== claim_for(queues=True kinds=True limited=False)
 UPDATE "pgqueue_jobs" AS j
@@ -1832,7 +2125,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents"
 
 -- ==== claim_for(queues=True kinds=True limited=True)
 WITH
@@ -1951,15 +2244,18 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents"
 
 -- ==== turn(queues=False kinds=False budget=False limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 done_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM done AS d
@@ -1977,7 +2273,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -2025,7 +2341,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -2043,11 +2359,11 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=False budget=False limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -2095,7 +2411,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -2110,27 +2426,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=False budget=False limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -2151,8 +2446,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -2170,6 +2467,38 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -2179,7 +2508,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -2197,8 +2528,85 @@ cancelled_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -2246,7 +2654,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -2270,10 +2678,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=False budget=False limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -2294,8 +2698,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -2313,6 +2719,38 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -2322,7 +2760,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -2340,8 +2780,44 @@ cancelled_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -2389,7 +2865,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -2484,10 +2960,13 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 done_slots AS (
     SELECT s.limit_key, s.slot,
            row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
@@ -2536,7 +3015,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -2585,7 +3084,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -2677,11 +3176,11 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -2730,7 +3229,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -2819,10 +3318,148 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed_rows AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error, j.dependents),
+failed_rows_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "pgqueue_jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              COALESCE(f.error, j.last_error) AS last_error),
+cancelled_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 done_slots AS (
     SELECT s.limit_key, s.slot,
            row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
@@ -2871,74 +3508,28 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
-failed_rows AS (
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
     UPDATE "pgqueue_jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot, s.job_id),
-failed_rows_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "pgqueue_jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-cancelled_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-cancelled_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -2987,7 +3578,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -3085,10 +3676,6 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -3109,8 +3696,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -3128,6 +3717,38 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -3137,7 +3758,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -3155,8 +3778,44 @@ cancelled_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -3205,7 +3864,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -3226,10 +3885,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=False budget=True limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 done_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM done AS d
@@ -3247,7 +3909,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -3298,7 +3980,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -3316,11 +3998,11 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=False budget=True limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -3371,7 +4053,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -3386,27 +4068,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=False budget=True limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -3427,8 +4088,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -3446,6 +4109,38 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -3455,7 +4150,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -3473,8 +4170,85 @@ cancelled_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -3525,7 +4299,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -3549,10 +4323,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=False budget=True limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -3573,8 +4343,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -3592,6 +4364,38 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -3601,7 +4405,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -3619,8 +4425,44 @@ cancelled_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -3671,7 +4513,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -3766,10 +4608,13 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 done_slots AS (
     SELECT s.limit_key, s.slot,
            row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
@@ -3818,7 +4663,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -3870,7 +4735,7 @@ SELECT id FROM (
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
  LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -3962,11 +4827,11 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -4018,7 +4883,7 @@ SELECT id FROM (
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -4107,10 +4972,148 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed_rows AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error, j.dependents),
+failed_rows_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "pgqueue_jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              COALESCE(f.error, j.last_error) AS last_error),
+cancelled_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 done_slots AS (
     SELECT s.limit_key, s.slot,
            row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
@@ -4159,74 +5162,28 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
-failed_rows AS (
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
     UPDATE "pgqueue_jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot, s.job_id),
-failed_rows_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "pgqueue_jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-cancelled_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-cancelled_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -4278,7 +5235,7 @@ SELECT id FROM (
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
  LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -4376,10 +5333,6 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -4400,8 +5353,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -4419,6 +5374,38 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -4428,7 +5415,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -4446,8 +5435,44 @@ cancelled_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -4499,7 +5524,7 @@ SELECT id FROM (
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -4520,10 +5545,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=True budget=False limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 done_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM done AS d
@@ -4541,7 +5569,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -4589,7 +5637,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -4607,11 +5655,11 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=True budget=False limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -4659,7 +5707,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -4674,27 +5722,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=True budget=False limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -4715,8 +5742,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -4734,6 +5763,38 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -4743,7 +5804,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -4761,8 +5824,85 @@ cancelled_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -4810,7 +5950,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -4834,10 +5974,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=True budget=False limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -4858,8 +5994,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -4877,6 +6015,38 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -4886,7 +6056,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -4904,8 +6076,44 @@ cancelled_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -4953,7 +6161,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -5048,10 +6256,13 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 done_slots AS (
     SELECT s.limit_key, s.slot,
            row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
@@ -5100,7 +6311,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -5149,7 +6380,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -5241,11 +6472,11 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -5294,7 +6525,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -5383,10 +6614,148 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed_rows AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error, j.dependents),
+failed_rows_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "pgqueue_jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              COALESCE(f.error, j.last_error) AS last_error),
+cancelled_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 done_slots AS (
     SELECT s.limit_key, s.slot,
            row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
@@ -5435,74 +6804,28 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
-failed_rows AS (
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
     UPDATE "pgqueue_jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot, s.job_id),
-failed_rows_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "pgqueue_jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-cancelled_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-cancelled_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -5551,7 +6874,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -5649,10 +6972,6 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -5673,8 +6992,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -5692,6 +7013,38 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -5701,7 +7054,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -5719,8 +7074,44 @@ cancelled_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -5769,7 +7160,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -5790,10 +7181,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=True budget=True limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 done_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM done AS d
@@ -5811,7 +7205,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -5862,7 +7276,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -5880,11 +7294,11 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=True budget=True limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -5935,7 +7349,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -5950,27 +7364,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=True budget=True limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -5991,8 +7384,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -6010,6 +7405,38 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -6019,7 +7446,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -6037,8 +7466,85 @@ cancelled_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -6089,7 +7595,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -6113,10 +7619,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=True budget=True limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -6137,8 +7639,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -6156,6 +7660,38 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -6165,7 +7701,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -6183,8 +7721,44 @@ cancelled_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -6235,7 +7809,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -6330,10 +7904,13 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 done_slots AS (
     SELECT s.limit_key, s.slot,
            row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
@@ -6382,7 +7959,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -6434,7 +8031,7 @@ SELECT id FROM (
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
  LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -6526,11 +8123,11 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -6582,7 +8179,7 @@ SELECT id FROM (
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -6671,10 +8268,148 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed_rows AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error, j.dependents),
+failed_rows_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "pgqueue_jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              COALESCE(f.error, j.last_error) AS last_error),
+cancelled_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 done_slots AS (
     SELECT s.limit_key, s.slot,
            row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
@@ -6723,74 +8458,28 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
-failed_rows AS (
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
     UPDATE "pgqueue_jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot, s.job_id),
-failed_rows_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "pgqueue_jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-cancelled_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-cancelled_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -6842,7 +8531,7 @@ SELECT id FROM (
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
  LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -6940,10 +8629,6 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -6964,8 +8649,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -6983,6 +8670,38 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -6992,7 +8711,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -7010,8 +8731,44 @@ cancelled_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -7063,7 +8820,7 @@ SELECT id FROM (
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -7084,10 +8841,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=False budget=False limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 done_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM done AS d
@@ -7105,7 +8865,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -7148,7 +8928,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -7166,11 +8946,11 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=False budget=False limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -7213,7 +8993,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -7228,27 +9008,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=False budget=False limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -7269,8 +9028,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -7288,6 +9049,38 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -7297,7 +9090,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -7315,8 +9110,85 @@ cancelled_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -7359,7 +9231,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -7383,10 +9255,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=False budget=False limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -7407,8 +9275,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -7426,6 +9296,38 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -7435,7 +9337,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -7453,8 +9357,44 @@ cancelled_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -7497,7 +9437,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -7592,10 +9532,13 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 done_slots AS (
     SELECT s.limit_key, s.slot,
            row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
@@ -7644,7 +9587,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -7688,7 +9651,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -7780,11 +9743,11 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -7828,7 +9791,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -7917,10 +9880,148 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed_rows AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error, j.dependents),
+failed_rows_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "pgqueue_jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              COALESCE(f.error, j.last_error) AS last_error),
+cancelled_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 done_slots AS (
     SELECT s.limit_key, s.slot,
            row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
@@ -7969,74 +10070,28 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
-failed_rows AS (
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
     UPDATE "pgqueue_jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot, s.job_id),
-failed_rows_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "pgqueue_jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-cancelled_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-cancelled_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -8080,7 +10135,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -8178,10 +10233,6 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -8202,8 +10253,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -8221,6 +10274,38 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -8230,7 +10315,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -8248,8 +10335,44 @@ cancelled_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -8293,7 +10416,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -8314,10 +10437,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=False budget=True limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 done_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM done AS d
@@ -8335,7 +10461,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -8381,7 +10527,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -8399,11 +10545,11 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=False budget=True limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -8449,7 +10595,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -8464,27 +10610,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=False budget=True limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -8505,8 +10630,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -8524,6 +10651,38 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -8533,7 +10692,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -8551,8 +10712,85 @@ cancelled_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -8598,7 +10836,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -8622,10 +10860,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=False budget=True limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -8646,8 +10880,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -8665,6 +10901,38 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -8674,7 +10942,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -8692,8 +10962,44 @@ cancelled_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -8739,7 +11045,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -8834,10 +11140,13 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 done_slots AS (
     SELECT s.limit_key, s.slot,
            row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
@@ -8886,7 +11195,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -8933,7 +11262,7 @@ SELECT id FROM (
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
  LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -9025,11 +11354,11 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -9076,7 +11405,7 @@ SELECT id FROM (
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -9165,10 +11494,148 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed_rows AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error, j.dependents),
+failed_rows_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "pgqueue_jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              COALESCE(f.error, j.last_error) AS last_error),
+cancelled_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 done_slots AS (
     SELECT s.limit_key, s.slot,
            row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
@@ -9217,74 +11684,28 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
-failed_rows AS (
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
     UPDATE "pgqueue_jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot, s.job_id),
-failed_rows_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "pgqueue_jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-cancelled_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-cancelled_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -9331,7 +11752,7 @@ SELECT id FROM (
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
  LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -9429,10 +11850,6 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -9453,8 +11870,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -9472,6 +11891,38 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -9481,7 +11932,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -9499,8 +11952,44 @@ cancelled_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -9547,7 +12036,7 @@ SELECT id FROM (
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -9568,10 +12057,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=True budget=False limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 done_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM done AS d
@@ -9589,7 +12081,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -9632,7 +12144,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -9650,11 +12162,11 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=True budget=False limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -9697,7 +12209,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -9712,27 +12224,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=True budget=False limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -9753,8 +12244,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -9772,6 +12265,38 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -9781,7 +12306,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -9799,8 +12326,85 @@ cancelled_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -9843,7 +12447,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -9867,10 +12471,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=True budget=False limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -9891,8 +12491,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -9910,6 +12512,38 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -9919,7 +12553,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -9937,8 +12573,44 @@ cancelled_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -9981,7 +12653,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -10076,10 +12748,13 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 done_slots AS (
     SELECT s.limit_key, s.slot,
            row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
@@ -10128,7 +12803,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -10172,7 +12867,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -10264,11 +12959,11 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -10312,7 +13007,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -10401,10 +13096,148 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed_rows AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error, j.dependents),
+failed_rows_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "pgqueue_jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              COALESCE(f.error, j.last_error) AS last_error),
+cancelled_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 done_slots AS (
     SELECT s.limit_key, s.slot,
            row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
@@ -10453,74 +13286,28 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
-failed_rows AS (
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
     UPDATE "pgqueue_jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot, s.job_id),
-failed_rows_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "pgqueue_jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-cancelled_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-cancelled_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -10564,7 +13351,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -10662,10 +13449,6 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -10686,8 +13469,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -10705,6 +13490,38 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -10714,7 +13531,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -10732,8 +13551,44 @@ cancelled_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -10777,7 +13632,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -10798,10 +13653,13 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=True budget=True limited=False failures=False plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 done_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM done AS d
@@ -10819,7 +13677,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -10865,7 +13743,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -10883,11 +13761,11 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=True budget=True limited=False failures=False plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -10933,7 +13811,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -10948,27 +13826,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=True budget=True limited=False failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-done_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-done_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -10989,8 +13846,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -11008,6 +13867,38 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -11017,7 +13908,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -11035,8 +13928,85 @@ cancelled_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
+done_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -11082,7 +14052,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -11106,10 +14076,6 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=True budget=True limited=False failures=True plain=True limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -11130,8 +14096,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -11149,6 +14117,38 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -11158,7 +14158,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -11176,8 +14178,44 @@ cancelled_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -11223,7 +14261,7 @@ SELECT id FROM (
     SELECT id, sum(size) OVER (ORDER BY priority DESC, run_at, id) - size AS before
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -11318,10 +14356,13 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 done_slots AS (
     SELECT s.limit_key, s.slot,
            row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
@@ -11370,7 +14411,27 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -11417,7 +14478,7 @@ SELECT id FROM (
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
  LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -11509,11 +14570,11 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -11560,7 +14621,7 @@ SELECT id FROM (
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -11649,10 +14710,148 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed_rows AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error, j.dependents),
+failed_rows_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "pgqueue_jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              COALESCE(f.error, j.last_error) AS last_error),
+cancelled_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 done_slots AS (
     SELECT s.limit_key, s.slot,
            row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
@@ -11701,74 +14900,28 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
-failed_rows AS (
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
     UPDATE "pgqueue_jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot, s.job_id),
-failed_rows_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "pgqueue_jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-cancelled_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-cancelled_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -11815,7 +14968,7 @@ SELECT id FROM (
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
  LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -11913,10 +15066,148 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed_rows AS (
+    UPDATE "pgqueue_jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error, j.dependents),
+failed_rows_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "pgqueue_jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              COALESCE(f.error, j.last_error) AS last_error),
+cancelled_freed AS (
+    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 done AS (
     DELETE FROM "pgqueue_jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = "pgqueue_jobs".id))
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 done_slots AS (
     SELECT s.limit_key, s.slot,
            row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
@@ -11965,74 +15256,28 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
-failed_rows AS (
+done_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
     UPDATE "pgqueue_jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot, s.job_id),
-failed_rows_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "pgqueue_jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-cancelled_freed AS (
-    UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-cancelled_results AS (
-    INSERT INTO "pgqueue_jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('pgqueue_jobs', j.kind)::text END),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -12079,7 +15324,7 @@ SELECT id FROM (
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
  LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -12177,10 +15422,6 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -12201,8 +15442,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -12220,6 +15463,38 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -12229,7 +15504,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -12247,8 +15524,44 @@ cancelled_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -12295,7 +15608,7 @@ SELECT id FROM (
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -12390,10 +15703,6 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
-done AS (
-    DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
 failed_rows AS (
     UPDATE "pgqueue_jobs" AS j
        SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
@@ -12414,8 +15723,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -12433,6 +15744,38 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+failed_rows_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "pgqueue_jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -12442,7 +15785,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -12460,8 +15805,44 @@ cancelled_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "pgqueue_jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "pgqueue_jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "pgqueue_jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('pgqueue_jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "pgqueue_jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+cancelled_swept_results AS (
+    INSERT INTO "pgqueue_jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "pgqueue_jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -12508,7 +15889,7 @@ SELECT id FROM (
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -12529,11 +15910,11 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=False plain=True heads=True)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -12625,7 +16006,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -12640,11 +16021,11 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=False kinds=True plain=True heads=True)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -12736,7 +16117,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -12751,11 +16132,11 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=False plain=True heads=True)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -12820,7 +16201,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -12835,11 +16216,11 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== turn(queues=True kinds=True plain=True heads=True)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"pgqueue_jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "pgqueue_jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "attempts", "kind", "queue", "limit_key", "result_ttl", "last_error", "dependents"),
 claimed AS (
 UPDATE "pgqueue_jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -12904,7 +16285,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -13168,6 +16549,43 @@ CREATE INDEX IF NOT EXISTS "pgqueue_jobs_dead" ON "pgqueue_jobs" (id) WHERE stat
 
 -- ==== migration 12, step 1
 ALTER TABLE "pgqueue_jobs" SET (fillfactor = 40)
+
+-- ==== migration 13, step 1
+ALTER TABLE "pgqueue_jobs"
+    ADD COLUMN IF NOT EXISTS waiting_on integer,
+    ADD COLUMN IF NOT EXISTS dependents integer,
+    ADD COLUMN IF NOT EXISTS parents jsonb
+
+-- ==== migration 13, step 2
+SELECT conname FROM pg_constraint
+ WHERE conrelid = %s::regclass AND contype = 'c'
+   AND pg_get_constraintdef(oid) LIKE '%%status%%' AND pg_get_constraintdef(oid) LIKE '%%dead%%'
+
+-- ==== migration 13, step 3
+ALTER TABLE "pgqueue_jobs" ADD CHECK (status IN ('pending', 'running', 'dead', 'waiting')) NOT VALID
+
+-- ==== migration 13, step 4
+CREATE TABLE IF NOT EXISTS "pgqueue_jobs_dependencies" (
+    parent_id bigint NOT NULL,
+    job_id    bigint NOT NULL,
+    PRIMARY KEY (parent_id, job_id)
+)
+
+-- ==== migration 13, step 5
+SELECT i.indrelid IS NOT DISTINCT FROM %s::regclass, i.indisvalid,
+       CASE WHEN i.indisunique = %s THEN split_part(pg_get_indexdef(c.oid), ' USING ', 2) END
+  FROM pg_class c LEFT JOIN pg_index i ON i.indexrelid = c.oid
+ WHERE c.oid = to_regclass(%s)
+
+-- ==== migration 13, step 6
+CREATE INDEX IF NOT EXISTS "pgqueue_jobs_waiting" ON "pgqueue_jobs" (id) WHERE status = 'waiting'
+
+-- ==== migration 13, step 7
+SELECT pg_get_userbyid(a.grantee), a.privilege_type
+  FROM pg_class AS c, aclexplode(c.relacl) AS a
+ WHERE c.oid = %s::regclass AND a.grantee <> 0 AND a.grantee <> c.relowner
+   AND a.privilege_type IN ('SELECT', 'INSERT', 'UPDATE', 'DELETE')
+ ORDER BY 1, 2
 
 -- ==== seed.claim
 UPDATE "pgqueue_jobs" SET status='running', locked_at=now(), locked_by=%s, attempts=attempts+1

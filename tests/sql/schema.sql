@@ -9,8 +9,10 @@ WITH target AS (
     SELECT id, status FROM "app"."jobs" WHERE id = ANY(%(ids)s::bigint[]) ORDER BY id FOR UPDATE
 ), cancelled AS (
     DELETE FROM "app"."jobs" AS j USING target AS t
-     WHERE j.id = t.id AND t.status IN ('pending', 'dead')
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.last_error, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl),
+     WHERE j.id = t.id AND t.status IN ('pending', 'dead', 'waiting')
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "app"."jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.last_error, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents),
 "cancelled_kept" AS (INSERT INTO "app"."jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
     UPDATE "app"."jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -23,6 +25,39 @@ cancelled_results AS (
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
     SELECT d.id, d.kind, d.queue, 'cancelled', NULL, NULL, d.attempts, now() + d.result_ttl
       FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "app"."jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "app"."jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "app"."jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('app.jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "app"."jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "app"."jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "app"."jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
      WHERE d.result_ttl IS NOT NULL
     ON CONFLICT (job_id) DO UPDATE
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
@@ -42,10 +77,20 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM cancelled),
        (SELECT count(pg_notify('app.jobs:results', job_id::text))
           FROM (SELECT job_id FROM cancelled_results) AS k)
        + (SELECT count(pg_notify('app.jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w)
+            FROM (SELECT FROM (SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
+       (SELECT count(*) FROM cancelled_swept)
 
 -- ==== cancel_requests
 SELECT id FROM "app"."jobs" WHERE id = ANY(%s::bigint[]) AND cancel_requested_at IS NOT NULL
+
+-- ==== check
+SELECT d.id, j.status, r.outcome,
+       d.id <= coalesce(pg_sequence_last_value(
+                            pg_get_serial_sequence(%(table)s, 'id')::regclass), 0)
+  FROM unnest(%(depends_on)s::bigint[]) AS d(id)
+  LEFT JOIN "app"."jobs" AS j ON j.id = d.id
+  LEFT JOIN "app"."jobs_results" AS r ON r.job_id = d.id
+ ORDER BY d.id
 
 -- ==== claim
 WITH
@@ -169,14 +214,16 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents"
 
 -- ==== complete
 WITH
 done AS (
     DELETE FROM "app"."jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running'
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "app"."jobs" AS s WHERE s.id = "app"."jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "app"."jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_freed AS (
     UPDATE "app"."jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -194,7 +241,28 @@ done_results AS (
     ON CONFLICT (job_id) DO UPDATE
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id)
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "app"."jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "app"."jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('app.jobs', j.kind)::text END)
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT count(pg_notify('app.jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
@@ -234,6 +302,10 @@ UNION ALL
 UNION ALL
 (SELECT 2, queue, priority, kind, count(*), sum(count(*)) OVER () FROM (
     SELECT queue, priority, kind FROM "app"."jobs" WHERE status = 'dead' ORDER BY id LIMIT %(cap)s) AS s
+ GROUP BY 2, 3, 4)
+UNION ALL
+(SELECT 3, queue, priority, kind, count(*), sum(count(*)) OVER () FROM (
+    SELECT queue, priority, kind FROM "app"."jobs" WHERE status = 'waiting' ORDER BY id LIMIT %(cap)s) AS s
  GROUP BY 2, 3, 4)
 
 -- ==== cycle
@@ -313,10 +385,151 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed_rows AS (
+    UPDATE "app"."jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "app"."jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error, j.dependents),
+failed_rows_freed AS (
+    UPDATE "app"."jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "app"."jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "app"."jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "app"."jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "app"."jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('app.jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "app"."jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "app"."jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "app"."jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "app"."jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "app"."jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              COALESCE(f.error, j.last_error) AS last_error),
+"cancelled_kept" AS (INSERT INTO "app"."jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
+cancelled_freed AS (
+    UPDATE "app"."jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "app"."jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "app"."jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "app"."jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "app"."jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('app.jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "app"."jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "app"."jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "app"."jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 done AS (
     DELETE FROM "app"."jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "app"."jobs" AS s WHERE s.id = "app"."jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "app"."jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_slots AS (
     SELECT s.limit_key, s.slot,
@@ -366,75 +579,28 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
-failed_rows AS (
+done_edges AS (
+    DELETE FROM "app"."jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
     UPDATE "app"."jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "app"."jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot, s.job_id),
-failed_rows_results AS (
-    INSERT INTO "app"."jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "app"."jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-"cancelled_kept" AS (INSERT INTO "app"."jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
-cancelled_freed AS (
-    UPDATE "app"."jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-cancelled_results AS (
-    INSERT INTO "app"."jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('app.jobs', j.kind)::text END),
 claimed AS (
 UPDATE "app"."jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -483,7 +649,7 @@ picked AS (
      LIMIT 100)
 SELECT id FROM picked
  LIMIT greatest(0, 100 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -507,12 +673,12 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
 -- ==== cycle_with_heads
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
 read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"app"."jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 done AS (
     DELETE FROM "app"."jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "app"."jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
 claimed AS (
 UPDATE "app"."jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -604,7 +770,7 @@ picked AS (
             LIMIT 100) AS x
      LIMIT 100)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -616,17 +782,76 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        pg_stat_get_xact_tuples_returned('"app"."jobs_unlimited"'::regclass) - read.before
   FROM relax, read
 
+-- ==== dependents
+SELECT job_id FROM "app"."jobs_dependencies" WHERE parent_id = %s ORDER BY job_id
+
 -- ==== enqueue
-WITH job AS (
+WITH parent AS (
+    SELECT id, status FROM "app"."jobs" WHERE id = ANY(%(depends_on)s::bigint[])
+     ORDER BY id FOR UPDATE
+), marked AS (
+    UPDATE "app"."jobs" AS j SET dependents = coalesce(j.dependents, 0) + 1
+      FROM parent AS p
+     WHERE j.id = p.id AND p.status <> 'dead' AND j.id = ANY(%(depends_on)s::bigint[])
+    RETURNING j.id
+), job AS (
     INSERT INTO "app"."jobs" (kind, payload, run_at, max_attempts, queue, priority, result_ttl,
-                         limit_key, trace_context)
-    VALUES (%(kind)s, %(payload)s::jsonb,
-            COALESCE(%(run_at)s::timestamptz, now() + %(delay)s::interval), %(max_attempts)s,
-            %(queue)s, %(priority)s, %(result_ttl)s::interval, %(limit_key)s,
-            %(trace_context)s)
-    RETURNING id, kind
+                         limit_key, trace_context, status, waiting_on, parents)
+    SELECT %(kind)s, %(payload)s::jsonb,
+           COALESCE(%(run_at)s::timestamptz, now() + %(delay)s::interval), %(max_attempts)s,
+           %(queue)s, %(priority)s, %(result_ttl)s::interval, %(limit_key)s, %(trace_context)s,
+           CASE WHEN w.n > 0 THEN 'waiting' ELSE 'pending' END, w.n,
+           (SELECT jsonb_object_agg(d.id::text, NULL::jsonb)
+              FROM unnest(%(depends_on)s::bigint[]) AS d(id))
+           || (SELECT coalesce(jsonb_object_agg(r.job_id::text, r.value), '{}')
+                 FROM "app"."jobs_results" AS r
+                WHERE r.job_id = ANY(%(depends_on)s::bigint[]) AND r.outcome = 'succeeded')
+      FROM (SELECT count(*)::integer AS n FROM marked) AS w
+    RETURNING id, kind, status
+), edges AS (
+    INSERT INTO "app"."jobs_dependencies" (parent_id, job_id) SELECT m.id, job.id FROM marked AS m, job
 )
-SELECT id, pg_notify(%(channel)s, kind)::text FROM job
+SELECT id, CASE WHEN status = 'pending' THEN pg_notify(%(channel)s, kind) END::text,
+       (SELECT coalesce(array_agg(id), '{}') FROM parent WHERE status = 'dead')
+  FROM job
+
+-- ==== enqueue_many
+WITH pairs AS (
+    SELECT x.j, x.p FROM unnest(%(pair_job)s::bigint[], %(pair_parent)s::bigint[]) AS x(j, p)
+), parent AS (
+    SELECT id, status FROM "app"."jobs" WHERE id = ANY(%(pair_parent)s::bigint[])
+     ORDER BY id FOR UPDATE
+), marked AS (
+    UPDATE "app"."jobs" AS t SET dependents = coalesce(t.dependents, 0) + c.n
+      FROM (SELECT x.p, count(*)::integer AS n
+              FROM pairs AS x JOIN parent AS q ON q.id = x.p AND q.status <> 'dead'
+             GROUP BY x.p) AS c
+     WHERE t.id = c.p AND t.id = ANY(%(pair_parent)s::bigint[])
+    RETURNING t.id
+), live AS (
+    SELECT x.j, x.p FROM pairs AS x JOIN marked AS m ON m.id = x.p
+), job AS (
+    INSERT INTO "app"."jobs" ("id", "kind", "payload", "run_at", "max_attempts", "queue", "priority", "result_ttl", "limit_key", trace_context, status, waiting_on, parents)
+    SELECT r.*, %(trace_context)s::text,
+           CASE WHEN coalesce(w.n, 0) > 0 THEN 'waiting' ELSE 'pending' END, coalesce(w.n, 0),
+           k.parents
+      FROM unnest(%(id)s::bigint[], %(kind)s::text[], %(payload)s::jsonb[],
+                  %(run_at)s::timestamptz[], %(max_attempts)s::integer[], %(queue)s::text[],
+                  %(priority)s::smallint[], %(result_ttl)s::interval[], %(limit_key)s::text[])
+           AS r(id, kind, payload, run_at, max_attempts, queue, priority, result_ttl, limit_key)
+      LEFT JOIN (SELECT j, count(*)::integer AS n FROM live GROUP BY j) AS w ON w.j = r.id
+      LEFT JOIN (SELECT x.j, jsonb_object_agg(x.p::text, v.value) AS parents
+                   FROM pairs AS x
+                   LEFT JOIN "app"."jobs_results" AS v ON v.job_id = x.p AND v.outcome = 'succeeded'
+                  GROUP BY x.j) AS k ON k.j = r.id
+    RETURNING id, kind, status
+), edges AS (
+    INSERT INTO "app"."jobs_dependencies" (parent_id, job_id) SELECT p, j FROM live
+)
+SELECT (SELECT count(*) FROM job),
+       (SELECT coalesce(array_agg(id), '{}') FROM parent WHERE status = 'dead'),
+       (SELECT count(pg_notify(%(channel)s, kind))
+          FROM (SELECT DISTINCT kind FROM job WHERE status = 'pending') AS k)
 
 -- ==== ensure_slots
 INSERT INTO "app"."jobs_limit_slots" (limit_key, slot) SELECT unnest(%(keys)s::text[]), 1
@@ -760,10 +985,10 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents"
 
 -- ==== get
-SELECT "id", "kind", "payload", "attempts", "max_attempts", "status", "run_at", "last_error", "locked_by", "locked_at", "created_at", "queue", "priority", "unique_key", extract(epoch FROM result_ttl)::float8 AS "result_ttl", "limit_key", cancel_requested_at IS NOT NULL AS "cancel_requested", "trace_context" FROM "app"."jobs" WHERE id = %s
+SELECT "id", "kind", "payload", "attempts", "max_attempts", "status", "run_at", "last_error", "locked_by", "locked_at", "created_at", "queue", "priority", "unique_key", extract(epoch FROM result_ttl)::float8 AS "result_ttl", "limit_key", cancel_requested_at IS NOT NULL AS "cancel_requested", "trace_context", "parents" FROM "app"."jobs" WHERE id = %s
 
 -- ==== heartbeat
 UPDATE "app"."jobs" SET locked_at = now()
@@ -777,7 +1002,7 @@ SELECT *, %s::text FROM unnest(%s::bigint[], %s::text[], %s::jsonb[], %s::timest
                                %s::text[])
 
 -- ==== jobs
-SELECT "id", "kind", "payload", "attempts", "max_attempts", "status", "run_at", "last_error", "locked_by", "locked_at", "created_at", "queue", "priority", "unique_key", extract(epoch FROM result_ttl)::float8 AS "result_ttl", "limit_key", cancel_requested_at IS NOT NULL AS "cancel_requested", "trace_context" FROM "app"."jobs"
+SELECT "id", "kind", "payload", "attempts", "max_attempts", "status", "run_at", "last_error", "locked_by", "locked_at", "created_at", "queue", "priority", "unique_key", extract(epoch FROM result_ttl)::float8 AS "result_ttl", "limit_key", cancel_requested_at IS NOT NULL AS "cancel_requested", "trace_context", "parents" FROM "app"."jobs"
  WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
    AND (%(kinds)s::text[] IS NULL OR kind = ANY(%(kinds)s::text[]))
    AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
@@ -843,7 +1068,7 @@ UPDATE "app"."jobs" AS j
         ORDER BY priority DESC, run_at, id
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED)
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents"
 
 -- ==== orphan_claims[(False, True)]
 UPDATE "app"."jobs" AS j
@@ -856,7 +1081,7 @@ UPDATE "app"."jobs" AS j
         ORDER BY priority DESC, run_at, id
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED)
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents"
 
 -- ==== orphan_claims[(True, False)]
 UPDATE "app"."jobs" AS j
@@ -869,7 +1094,7 @@ UPDATE "app"."jobs" AS j
         ORDER BY priority DESC, run_at, id
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED)
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents"
 
 -- ==== orphan_claims[(True, True)]
 UPDATE "app"."jobs" AS j
@@ -882,7 +1107,7 @@ UPDATE "app"."jobs" AS j
         ORDER BY priority DESC, run_at, id
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED)
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents"
 
 -- ==== pause_records
 SELECT queue, paused FROM "app"."jobs_queues" ORDER BY queue LIMIT %s
@@ -938,8 +1163,10 @@ failed_rows AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "app"."jobs" AS s WHERE s.id = j.id))
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
+              j.attempts, j.last_error, j.dependents),
 failed_rows_freed AS (
     UPDATE "app"."jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM failed_rows AS d
@@ -957,6 +1184,39 @@ failed_rows_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "app"."jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "app"."jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "app"."jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('app.jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "app"."jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "app"."jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "app"."jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
 cancelled AS (
     DELETE FROM "app"."jobs" AS j
       USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
@@ -966,7 +1226,9 @@ cancelled AS (
      WHERE j.id = f.id AND j.status = 'running'
        AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
        AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "app"."jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "app"."jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -980,6 +1242,39 @@ cancelled_results AS (
            (job_id, kind, queue, outcome, value, error, attempts, expires_at)
     SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
       FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "app"."jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "app"."jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "app"."jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('app.jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "app"."jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "app"."jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "app"."jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
      WHERE d.result_ttl IS NOT NULL
     ON CONFLICT (job_id) DO UPDATE
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
@@ -1178,6 +1473,9 @@ EXPLAIN (FORMAT JSON) SELECT 1 FROM "app"."jobs" WHERE status = 'pending'
 -- ==== status_estimates[running]
 EXPLAIN (FORMAT JSON) SELECT 1 FROM "app"."jobs" WHERE status = 'running'
 
+-- ==== status_estimates[waiting]
+EXPLAIN (FORMAT JSON) SELECT 1 FROM "app"."jobs" WHERE status = 'waiting'
+
 -- ==== table_estimate
 EXPLAIN (FORMAT JSON) SELECT 1 FROM "app"."jobs"
 
@@ -1338,7 +1636,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents"
 
 -- ==== claim_for(queues=False kinds=False limited=True)
 WITH
@@ -1462,7 +1760,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents"
 
 -- ==== claim_for(queues=False kinds=True limited=False)
 UPDATE "app"."jobs" AS j
@@ -1510,7 +1808,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents"
 
 -- ==== claim_for(queues=False kinds=True limited=True)
 WITH
@@ -1634,7 +1932,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents"
 
 -- ==== claim_for(queues=True kinds=False limited=False)
 UPDATE "app"."jobs" AS j
@@ -1677,7 +1975,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents"
 
 -- ==== claim_for(queues=True kinds=False limited=True)
 WITH
@@ -1796,7 +2094,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents"
 
 -- ==== claim_for(queues=True kinds=True limited=False)
 UPDATE "app"."jobs" AS j
@@ -1839,7 +2137,7 @@ picked AS (
             LIMIT 20) AS x
      LIMIT 20)
 SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents"
 
 -- ==== claim_for(queues=True kinds=True limited=True)
 WITH
@@ -1958,7 +2256,7 @@ picked AS (
      LIMIT 20)
 SELECT id FROM picked
  LIMIT 20 - (SELECT count(*) FROM limited)))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context"
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents"
 
 -- ==== turn(queues=True kinds=True budget=True limited=True failures=True plain=False limited_max=None)
 WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
@@ -2037,10 +2335,151 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed_rows AS (
+    UPDATE "app"."jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "app"."jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error, j.dependents),
+failed_rows_freed AS (
+    UPDATE "app"."jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "app"."jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "app"."jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "app"."jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "app"."jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('app.jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "app"."jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "app"."jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "app"."jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "app"."jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "app"."jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              COALESCE(f.error, j.last_error) AS last_error),
+"cancelled_kept" AS (INSERT INTO "app"."jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
+cancelled_freed AS (
+    UPDATE "app"."jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "app"."jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "app"."jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "app"."jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "app"."jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('app.jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "app"."jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "app"."jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "app"."jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 done AS (
     DELETE FROM "app"."jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "app"."jobs" AS s WHERE s.id = "app"."jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "app"."jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_slots AS (
     SELECT s.limit_key, s.slot,
@@ -2090,75 +2529,28 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
-failed_rows AS (
+done_edges AS (
+    DELETE FROM "app"."jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
     UPDATE "app"."jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "app"."jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot, s.job_id),
-failed_rows_results AS (
-    INSERT INTO "app"."jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "app"."jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-"cancelled_kept" AS (INSERT INTO "app"."jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
-cancelled_freed AS (
-    UPDATE "app"."jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-cancelled_results AS (
-    INSERT INTO "app"."jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('app.jobs', j.kind)::text END),
 claimed AS (
 UPDATE "app"."jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -2205,7 +2597,7 @@ SELECT id FROM (
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
  LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -2303,10 +2695,151 @@ spent AS (
       FROM bucket AS b
      WHERE m.limit_key = b.limit_key
     RETURNING b.per_second, m.tokens),
+failed_rows AS (
+    UPDATE "app"."jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "app"."jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error, j.dependents),
+failed_rows_freed AS (
+    UPDATE "app"."jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "app"."jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "app"."jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "app"."jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "app"."jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('app.jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "app"."jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "app"."jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "app"."jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "app"."jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "app"."jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              COALESCE(f.error, j.last_error) AS last_error),
+"cancelled_kept" AS (INSERT INTO "app"."jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
+cancelled_freed AS (
+    UPDATE "app"."jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "app"."jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "app"."jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "app"."jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "app"."jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('app.jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "app"."jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "app"."jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "app"."jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
 done AS (
     DELETE FROM "app"."jobs"
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl"),
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "app"."jobs" AS s WHERE s.id = "app"."jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
 "done_kept" AS (INSERT INTO "app"."jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
 done_slots AS (
     SELECT s.limit_key, s.slot,
@@ -2356,75 +2889,28 @@ done_results AS (
        SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
            attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
     RETURNING r.job_id),
-failed_rows AS (
+done_edges AS (
+    DELETE FROM "app"."jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
     UPDATE "app"."jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error),
-failed_rows_freed AS (
-    UPDATE "app"."jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot, s.job_id),
-failed_rows_results AS (
-    INSERT INTO "app"."jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "app"."jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl,
-              COALESCE(f.error, j.last_error) AS last_error),
-"cancelled_kept" AS (INSERT INTO "app"."jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
-cancelled_freed AS (
-    UPDATE "app"."jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-cancelled_results AS (
-    INSERT INTO "app"."jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('app.jobs', j.kind)::text END),
 claimed AS (
 UPDATE "app"."jobs" AS j
    SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
@@ -2471,7 +2957,7 @@ SELECT id FROM (
       FROM picked) AS sized
  WHERE before < %(claim_bytes)s
  LIMIT greatest(0, 20 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context")
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
@@ -2744,6 +3230,43 @@ CREATE INDEX IF NOT EXISTS "jobs_dead" ON "app"."jobs" (id) WHERE status = 'dead
 
 -- ==== migration 12, step 1
 ALTER TABLE "app"."jobs" SET (fillfactor = 40)
+
+-- ==== migration 13, step 1
+ALTER TABLE "app"."jobs"
+    ADD COLUMN IF NOT EXISTS waiting_on integer,
+    ADD COLUMN IF NOT EXISTS dependents integer,
+    ADD COLUMN IF NOT EXISTS parents jsonb
+
+-- ==== migration 13, step 2
+SELECT conname FROM pg_constraint
+ WHERE conrelid = %s::regclass AND contype = 'c'
+   AND pg_get_constraintdef(oid) LIKE '%%status%%' AND pg_get_constraintdef(oid) LIKE '%%dead%%'
+
+-- ==== migration 13, step 3
+ALTER TABLE "app"."jobs" ADD CHECK (status IN ('pending', 'running', 'dead', 'waiting')) NOT VALID
+
+-- ==== migration 13, step 4
+CREATE TABLE IF NOT EXISTS "app"."jobs_dependencies" (
+    parent_id bigint NOT NULL,
+    job_id    bigint NOT NULL,
+    PRIMARY KEY (parent_id, job_id)
+)
+
+-- ==== migration 13, step 5
+SELECT i.indrelid IS NOT DISTINCT FROM %s::regclass, i.indisvalid,
+       CASE WHEN i.indisunique = %s THEN split_part(pg_get_indexdef(c.oid), ' USING ', 2) END
+  FROM pg_class c LEFT JOIN pg_index i ON i.indexrelid = c.oid
+ WHERE c.oid = to_regclass(%s)
+
+-- ==== migration 13, step 6
+CREATE INDEX IF NOT EXISTS "jobs_waiting" ON "app"."jobs" (id) WHERE status = 'waiting'
+
+-- ==== migration 13, step 7
+SELECT pg_get_userbyid(a.grantee), a.privilege_type
+  FROM pg_class AS c, aclexplode(c.relacl) AS a
+ WHERE c.oid = %s::regclass AND a.grantee <> 0 AND a.grantee <> c.relowner
+   AND a.privilege_type IN ('SELECT', 'INSERT', 'UPDATE', 'DELETE')
+ ORDER BY 1, 2
 
 -- ==== seed.claim
 UPDATE "app"."jobs" SET status='running', locked_at=now(), locked_by=%s, attempts=attempts+1

@@ -42,6 +42,19 @@ def test_every_page_renders_with_the_queue_s_jobs(queue: pgqueue.Queue, operator
     assert "charge failed" in detail and "Retry" in detail
 
 
+def test_a_job_page_shows_what_it_waits_for_and_what_waits_for_it(
+    queue: pgqueue.Queue, operator: Operator
+) -> None:
+    group = queue.group(("part", 1), ("part", 2), then=("total", None))
+    assert group.then is not None
+    then = operator.text(f"/jobs/{group.then}")
+    assert "Waits for" in then
+    assert all(f'href="/jobs/{i}"' in then for i in group.ids)
+    part = operator.text(f"/jobs/{group.ids[0]}")
+    assert "Waited for by" in part and f'href="/jobs/{group.then}"' in part
+    assert "waiting" in operator.text("/jobs?status=waiting")
+
+
 def test_overview_counts_jobs_by_queue_kind_and_status(
     queue: pgqueue.Queue, dashboard: Dashboard
 ) -> None:
@@ -51,7 +64,7 @@ def test_overview_counts_jobs_by_queue_kind_and_status(
     ov = dashboard._run(dashboard.core.overview())
     assert ov.exact
     assert {s.value: str(c) for s, c in ov.totals.items()} == {
-        "pending": "3", "running": "0", "dead": "1",
+        "pending": "3", "running": "0", "dead": "1", "waiting": "0",
     }  # fmt: skip
     assert [
         (g.queue, g.kind, {s.value: c.value for s, c in g.counts.items()}) for g in ov.groups

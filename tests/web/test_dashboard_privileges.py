@@ -27,14 +27,16 @@ from .conftest import Operator, dead_job
 # docs/dashboard.md, "Roles and grants", word for word but for the names.
 READ_GRANTS = (
     "GRANT USAGE ON SCHEMA public TO {role}",
-    "GRANT SELECT ON {table}, {queues}, {schedules}, {results}, {limits}, {slots} TO {role}",
+    "GRANT SELECT ON {table}, {queues}, {schedules}, {results}, {limits}, {slots}, {dependencies}"
+    " TO {role}",
 )
 ADMIN_GRANTS = (
     "GRANT USAGE ON SCHEMA public TO {role}",
     "GRANT SELECT, INSERT, UPDATE, DELETE ON {table} TO {role}",
     "GRANT USAGE ON SEQUENCE {sequence} TO {role}",
     "GRANT SELECT, INSERT, UPDATE, DELETE ON {queues}, {leases}, {schedules} TO {role}",
-    "GRANT SELECT, INSERT, UPDATE, DELETE ON {results}, {limits}, {slots} TO {role}",
+    "GRANT SELECT, INSERT, UPDATE, DELETE ON {results}, {limits}, {slots}, {dependencies}"
+    " TO {role}",
     "GRANT SELECT, INSERT ON {history} TO {role}",
 )
 PAGES = ("/", "/jobs", "/dead", "/running", "/queues", "/schedules", "/limits")
@@ -56,6 +58,7 @@ def role_dsn(dsn: str, table: str, raw: Raw) -> Iterator[Callable[[tuple[str, ..
         "results": sql.Identifier(f"{table}_results"),
         "limits": sql.Identifier(f"{table}_limits"),
         "slots": sql.Identifier(f"{table}_limit_slots"),
+        "dependencies": sql.Identifier(f"{table}_dependencies"),
     }
 
     def make(grants: tuple[str, ...]) -> str:

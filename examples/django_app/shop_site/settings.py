@@ -7,7 +7,10 @@ import os
 
 from psycopg.conninfo import conninfo_to_dict
 
-_db = conninfo_to_dict(os.environ.get("PGQUEUE_DSN", "postgresql://localhost/shop"))
+from pgqueue.embedded import local_dsn
+
+# Unset, the local server that `pgqueue embedded start` keeps (started if need be).
+_db = conninfo_to_dict(os.environ.get("PGQUEUE_DSN") or local_dsn())
 
 SECRET_KEY = "example-only"
 DEBUG = False

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 
 import anyio
@@ -40,6 +41,8 @@ from .reporter import Reporter
 __all__ = ["Completer"]
 
 log = logging.getLogger("pgqueue.worker")
+
+_WRITING = (Phase.DONE, Phase.WRITING)
 
 
 @dataclass(eq=False)
@@ -138,6 +141,27 @@ class Completer:
     def release(self, job: Job) -> Outcome:
         """The outcome of a job given back unstarted (its attempt given back too)."""
         return Outcome(self.queue.decide(job, "released", event=Event.RELEASE), Event.RELEASE)
+
+    async def new_to_this_worker(self, jobs: list[Job]) -> list[Job]:
+        """(Fetcher.) The claimed jobs this worker does not hold already. One it
+        still runs came back to it through its own reaper (its lease expired
+        while the event loop was blocked, say): that run's outcome will not be
+        written, and this claim is given back at once. One whose outcome is on
+        its way is handed out once that is recorded (this is its next attempt)."""
+        while any(self.ledger.phase(job.id) in _WRITING for job in jobs):
+            await self.progress.wait()
+        again = [job for job in jobs if self.ledger.phase(job.id) is not None]
+        if not again:
+            return jobs
+        log.warning("worker %s claimed again %d jobs it was still running (their lease had "
+                    "expired); given back: %s", self.worker, len(again),
+                    describe_jobs(again))  # fmt: skip
+        self.ledger.lose(job.id for job in again)
+        releases = [f for job in again if (f := self.release(job).failure) is not None]
+        with suppress(*DATABASE_ERRORS):  # else they come back through the lease
+            await self.calls("releasing jobs claimed again", self.queue.settle, [],
+                             releases, worker=self.worker)  # fmt: skip
+        return [job for job in jobs if job not in again]
 
     def release_unstarted(self) -> None:
         """(Shutdown.) Every claimed job no runner began becomes a release to write."""

@@ -43,6 +43,7 @@ from ...core.worker import (
     FLUSH_DEADLINE,
     Handlers,
     Outcome,
+    Pace,
     WorkerSettings,
 )
 from .calls import Calls, WorkerQueue
@@ -84,12 +85,13 @@ class Crew:
         self.completer = Completer(
             queue, self.calls, self.ledger, self.reporter, progress, worker=name
         )
-        self.runners = Runners(settings, handlers, self.ledger, self.completer, demand,
+        pace = Pace(settings.concurrency, settings.batch_size)
+        self.runners = Runners(settings, handlers, self.ledger, self.completer, demand, pace,
                                table=queue.table)  # fmt: skip
         self.fetcher = Fetcher(settings, queue, self.calls, self.ledger, self.completer,
-                               self.runners, self.reporter, demand, progress)  # fmt: skip
+                               self.runners, self.reporter, demand, progress, pace)  # fmt: skip
         self.completer.slot_freed = self.fetcher.slot_freed
-        self.completer.ran = self.fetcher.pace.ran
+        self.completer.ran = pace.ran
         self.reaper = Reaper(settings, queue, self.calls, self.reporter, self.fetcher)
         # Cancel requests reach the runners from the table only: a control
         # notification makes the lease keeper look (every second while

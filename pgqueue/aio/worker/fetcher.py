@@ -31,7 +31,7 @@ import psycopg.errors
 from ...core.heads import Heads
 from ...core.jobs import Job
 from ...core.ledger import Ledger, Phase
-from ...core.worker import RETRY_BACKOFF, Outcome, Pace, WorkerSettings, describe_jobs
+from ...core.worker import RETRY_BACKOFF, Outcome, Pace, WorkerSettings
 from .calls import DATABASE_ERRORS, Calls, Shields, WorkerQueue
 from .completer import Completer
 from .flags import Broadcast, Wakeup
@@ -43,8 +43,6 @@ __all__ = ["Fetcher"]
 log = logging.getLogger("pgqueue.worker")
 
 MAX_CLAIMS_IN_FLIGHT = 2
-
-_WRITING = (Phase.DONE, Phase.WRITING)
 
 
 @dataclass(eq=False)
@@ -62,14 +60,15 @@ class Fetcher:
     reporter: Reporter
     demand: Wakeup  # set by the runners at their low-water mark, and by claims as they land
     progress: Broadcast  # notified by the runners and the completer
+    # How many jobs to hold: the completer reports run times (`Pace.ran`),
+    # the runners read the low-water mark; written here only.
+    pace: Pace
     wakeup: Wakeup = field(default_factory=Wakeup)  # set by the notifier and the reaper
     # Set once a claim has come back (done or failed): the notifier waits
     # for it, so that LISTEN never takes the connection a claim needs first.
     reached: anyio.Event = field(default_factory=anyio.Event)
     _in_flight: int = field(default=0, init=False)
     _coming: int = field(default=0, init=False)  # the most jobs the claims in flight may bring
-    # How many jobs to hold: the completer reports run times (`Pace.ran`).
-    pace: Pace = field(init=False)
     _starved: bool = field(default=False, init=False)  # the runners ran dry waiting last time
     _alone: bool = field(default=False, init=False)  # an orphan is held or running
     # An outcome that frees a limit's slot waits to be written, or was just
@@ -91,7 +90,6 @@ class Fetcher:
     shields: Shields = field(default_factory=Shields, init=False)
 
     def __post_init__(self) -> None:
-        self.pace = Pace(self.settings.concurrency, self.settings.batch_size)
         # A worker (re)started after a crash looks at once: the orphans may be its own.
         self._next_orphan_look = anyio.current_time()
 
@@ -195,9 +193,9 @@ class Fetcher:
             # Ran dry waiting: claim earlier. Plenty left: claim later.
             if self.ledger.unstarted == 0:
                 self._starved = not short
-            elif self.ledger.unstarted > self.runners.low_water:
+            elif self.ledger.unstarted > self.pace.low_water():
                 self._starved = False
-            jobs = await self._new_to_this_worker(jobs)
+            jobs = await self.completer.new_to_this_worker(jobs)
             if self.reporter.wanted:
                 self.reporter.claimed(jobs)
             self.runners.hand_out(jobs)
@@ -217,30 +215,6 @@ class Fetcher:
                 # empty queue.
                 self._found_nothing = quiet and not carried and not self.ledger.outcomes_pending()
         self._coming -= size
-
-    async def _new_to_this_worker(self, jobs: list[Job]) -> list[Job]:
-        """The claimed jobs this worker does not hold already. One it still runs
-        from an earlier claim came back to it through its own reaper (its
-        lease expired while the event loop was blocked, say): that run's
-        outcome will not be written, and this claim is given back at once."""
-        # A job whose earlier run is over here, its outcome on its way (in a
-        # claim beside this one): this claim is its next attempt, handed out
-        # once that outcome is recorded.
-        while any(self.ledger.phase(job.id) in _WRITING for job in jobs):
-            await self.progress.wait()
-        again = [job for job in jobs if self.ledger.phase(job.id) is not None]
-        if not again:
-            return jobs
-        log.warning("worker %s claimed again %d jobs it was still running (their lease had "
-                    "expired); given back: %s", self.settings.name, len(again),
-                    describe_jobs(again))  # fmt: skip
-        self.ledger.lose(job.id for job in again)
-        releases = [f for job in again if (f := self.completer.release(job).failure) is not None]
-        with suppress(*DATABASE_ERRORS):  # else they come back through the lease
-            await self.calls("releasing jobs claimed again", self.queue.settle, [],
-                             releases, worker=self.settings.name)  # fmt: skip
-        ids = {job.id for job in again}
-        return [job for job in jobs if job.id not in ids]
 
     def _landed(self, size: int, counted: bool = False) -> None:
         """A claim is no longer in flight: the loop and a held orphan look
@@ -273,7 +247,7 @@ class Fetcher:
             except DATABASE_ERRORS as exc:
                 await self._pause("claim of an orphaned job", exc)
                 return ran
-            if not jobs or not (jobs := await self._new_to_this_worker(jobs)):
+            if not jobs or not (jobs := await self.completer.new_to_this_worker(jobs)):
                 return ran
             ran = True
             await self._run_alone(jobs[0])

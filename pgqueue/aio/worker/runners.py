@@ -45,6 +45,7 @@ from ...core.worker import (
     Handlers,
     MissingHandler,
     Outcome,
+    Pace,
     WorkerSettings,
 )
 from .completer import Completer
@@ -76,8 +77,8 @@ class Runners:
     ledger: Ledger[Outcome]
     completer: Completer
     demand: Wakeup  # the fetcher's: set at the low-water mark, and by a runner with nothing to do
+    pace: Pace  # the fetcher's: where the low-water mark is
     table: str = ""  # the queue's, for the spans of runs
-    low_water: int = field(default=0, init=False)
     _work: Broadcast = field(default_factory=Broadcast, init=False)  # jobs handed out, or closed
     _closed: bool = field(default=False, init=False)
     _asked: bool = field(default=False, init=False)  # `demand` set since the last batch
@@ -89,7 +90,6 @@ class Runners:
     _runs: dict[int, _Run] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
-        self.low_water = self.settings.batch_size // 2
         self._limiter = anyio.CapacityLimiter(self.settings.concurrency)
         self._threads = Threads(self.settings, self.handlers, self.ledger, self.completer,
                                 self._limiter, self.table)  # fmt: skip
@@ -195,7 +195,7 @@ class Runners:
     def _check_low_water(self) -> bool:
         """Tell the fetcher, once a batch, when few enough jobs are left
         unstarted; True if just now."""
-        if not self._asked and self.ledger.unstarted <= self.low_water:
+        if not self._asked and self.ledger.unstarted <= self.pace.low_water():
             self._asked = True
             self.demand.set()
             return True

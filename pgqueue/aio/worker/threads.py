@@ -97,6 +97,9 @@ class Threads:
     # Kinds whose last run in a chunk was worth a hop of its own: written and
     # read by the chunks' threads (a hint: a race costs a hop, or saves one).
     _slow: set[str] = field(default_factory=set, init=False)
+    # Kinds that have run in a chunk (written the same way): of these, the
+    # ones not slow are known quick.
+    _ran: set[str] = field(default_factory=set, init=False)
 
     def takes(self, kind: str) -> bool:
         """Whether jobs of ``kind`` run in chunks: a plain function with no
@@ -112,12 +115,17 @@ class Threads:
 
     def take(self) -> Chunk:
         """Begin the next claimed jobs, while they are chunk jobs: a fair share
-        of those waiting (one each while there are no more than runners), at
-        most of a batch, but a job of a kind that was slow last time alone
-        (the next runner begins the next job at once). (A chunk's tail is
-        shared out by `steal`.)"""
+        of those waiting (one each while there are no more than runners), or
+        all of them when the first is of a kind known quick (it ran, and
+        not slowly, last time: one hop for them all), at most a batch; but
+        a job of a kind that was slow last time alone (the next runner
+        begins the next job at once). (A chunk's tail is shared out by
+        `steal`, should one of them be slow after all.)"""
         ledger, runners = self.ledger, self.settings.concurrency
-        share = max(1, min(self.settings.batch_size, ledger.unstarted) // runners)
+        waiting = min(self.settings.batch_size, ledger.unstarted)
+        first = ledger.next_unstarted()
+        quick = first is not None and first.kind in self._ran and first.kind not in self._slow
+        share = waiting if quick else max(1, waiting // runners)
         worker, runs, slow = self.settings.name, list[JobContext](), self._slow
         while len(runs) < share:
             job = ledger.next_unstarted()
@@ -225,6 +233,7 @@ class Threads:
             handler = handlers.get(kind)
             assert handler is not None
             chunk.ran_one(call_plain(handler, context, table))
+            self._ran.add(kind)
             if perf_counter() - chunk.since >= WORTH_A_HOP:  # since it began
                 slow.add(kind)
                 return

@@ -24,7 +24,6 @@ from datetime import timedelta
 from typing import Any, Final, TypeVar
 
 from django.core.exceptions import ImproperlyConfigured
-from django.db import close_old_connections
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
@@ -33,6 +32,7 @@ from ...core.jobs import Job, JobStatus, validate_kind
 from ...core.results import JobResult, encode_result
 from . import enqueue as enqueue_job
 from . import get_queue
+from .stale import close_stale_connections
 from .taskjobs import (
     OUTCOME_STATUS,
     RunRecord,
@@ -295,7 +295,7 @@ def run_task(job: Job) -> dict[str, Any]:
     )
     sender = type(task_backends[call.backend])
     task_started.send(sender=sender, task_result=result)
-    close_old_connections()
+    close_stale_connections()
     try:
         if task.takes_context:
             value = task.call(TaskContext(task_result=result), *call.args, **call.kwargs)
@@ -310,7 +310,7 @@ def run_task(job: Job) -> dict[str, Any]:
         _finish(result, sender, TaskResultStatus.FAILED, error=exc)
         raise TaskRaised(exc).with_traceback(exc.__traceback__) from exc
     finally:
-        close_old_connections()
+        close_stale_connections()
     object.__setattr__(result, "_return_value", value)
     _finish(result, sender, TaskResultStatus.SUCCESSFUL)
     return out

@@ -8,11 +8,11 @@ from typing import Any
 
 import django
 from django.core.exceptions import ImproperlyConfigured
-from django.db import close_old_connections
 from django.utils.module_loading import autodiscover_modules, import_string
 
 from ...sync.worker import Worker
 from . import get_queue, get_settings, registered_handlers
+from .stale import close_stale_connections
 
 __all__ = ["build_worker", "project_handlers", "set_up_and_build_worker", "with_fresh_connections"]
 
@@ -45,11 +45,11 @@ def with_fresh_connections(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     def call(*args: Any, **kwargs: Any) -> Any:
-        close_old_connections()
+        close_stale_connections()
         try:
             return fn(*args, **kwargs)
         finally:
-            close_old_connections()
+            close_stale_connections()
 
     return call
 

@@ -43,6 +43,7 @@ from . import (
     v010_rate_limits,
     v011_dead_index,
     v012_fillfactor,
+    v013_dependencies,
 )
 from .base import (
     IncompatibleTable,
@@ -100,6 +101,7 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
     v010_rate_limits.MIGRATION,
     v011_dead_index.MIGRATION,
     v012_fillfactor.MIGRATION,
+    v013_dependencies.MIGRATION,
 )
 LATEST_VERSION: Final = MIGRATIONS[-1].version
 assert [m.version for m in MIGRATIONS] == list(range(1, LATEST_VERSION + 1))
@@ -241,7 +243,7 @@ def uninstall_plan(n: SchemaNames) -> Plan[None]:
     yield Query(
         n.render(
             "DROP TABLE IF EXISTS {table}, {history}, {queues}, {unique_leases}, {schedules},"
-            " {results}, {limits}, {limit_slots}"
+            " {results}, {limits}, {limit_slots}, {dependencies}"
         )
     )
     ((exists,),) = yield Query(b"SELECT to_regclass(%s) IS NOT NULL", (n.versions_regclass,))

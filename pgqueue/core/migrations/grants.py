@@ -44,7 +44,16 @@ def grant_plan(n: SchemaNames, role: str, *, read_only: bool = False) -> Plan[li
         (n.history.as_bytes(None).decode(), n.regclass, n.regclass),
     )
     tables = sql.SQL(", ").join(
-        [n.table, n.queues, n.unique_leases, n.schedules, n.results, n.limits, n.limit_slots]
+        [
+            n.table,
+            n.queues,
+            n.unique_leases,
+            n.schedules,
+            n.results,
+            n.limits,
+            n.limit_slots,
+            n.dependencies,
+        ]
     )
     grants = [sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(sql.Identifier(schema), who)]
     privileges = READ_ONLY_GRANT if read_only else RUNTIME_GRANT

@@ -34,6 +34,7 @@ from ..schema.predicates import (
     LIMITED_INDEX,
     RUNNING,
     RUNNING_INDEX,
+    WAITING_INDEX,
     Index,
 )
 from .table import FeatureStatements, Table
@@ -129,6 +130,7 @@ def counted_by(status: JobStatus) -> tuple[Counted, ...]:
         JobStatus.PENDING: (Counted.of(LIMITED_INDEX),),
         JobStatus.RUNNING: (Counted.of(RUNNING_INDEX),),
         JobStatus.DEAD: (Counted.of(DEAD_INDEX),),
+        JobStatus.WAITING: (Counted.of(WAITING_INDEX),),
     }
     return known.get(status, (Counted(f"status = '{status.value}'", None),))
 

@@ -14,15 +14,29 @@ from typing import Any, Final
 
 from psycopg import sql
 
-from ..jobs import DuplicateJob, SpecLike, ValidatedSpec, validate_specs
+from ..jobs import DuplicateJob, ValidatedSpec
 from ..plans import Copy, Operation, Plan, Query
 from ..schema.names import TableNames
 from ..schema.predicates import UNIQUE_PREDICATES
+from ..specs import SpecLike, validate_specs
 from ..tracing import Trace, enqueue_many_trace, enqueue_trace
+from .depends import (
+    DependencyStatements,
+    check_dependencies,
+    insert_dependent,
+    insert_dependents,
+)
 from .limits import LimitStatements
 from .table import FeatureStatements, Table
 
-__all__ = ["COPY_THRESHOLD", "EnqueueStatements", "copy_text", "enqueue_many", "enqueue_one"]
+__all__ = [
+    "COPY_THRESHOLD",
+    "EnqueueStatements",
+    "copy_text",
+    "enqueue_many",
+    "enqueue_one",
+    "insert_one",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,12 +184,17 @@ NOTIFY_KINDS: Final = b"SELECT pg_notify(%s, k)::text FROM unnest(%s::text[]) AS
 
 
 def enqueue_one(
-    s: EnqueueStatements, limits: LimitStatements, names: TableNames, spec: ValidatedSpec
+    s: EnqueueStatements,
+    limits: LimitStatements,
+    names: TableNames,
+    spec: ValidatedSpec,
+    deps: DependencyStatements,
 ) -> Operation[int]:
     """The enqueue of one validated job, traced."""
     trace = enqueue_trace(names.table_name, spec.kind, spec.queue)
-    plan = _enqueue_traced(s, limits, names, spec, trace)
-    return Operation(plan, atomic=spec.limit_key is not None, trace=trace)
+    plan = _enqueue_traced(s, limits, names, spec, deps, trace)
+    atomic = spec.limit_key is not None or bool(spec.depends_on)
+    return Operation(plan, atomic=atomic, trace=trace)
 
 
 def _enqueue_traced(
@@ -183,20 +202,25 @@ def _enqueue_traced(
     limits: LimitStatements,
     names: TableNames,
     spec: ValidatedSpec,
+    deps: DependencyStatements,
     trace: Trace,
 ) -> Plan[int]:
-    job_id = yield from _insert_one(s, limits, names, spec, trace.context)
+    if spec.depends_on:
+        yield from check_dependencies(deps, names, list(spec.depends_on))
+    job_id = yield from insert_one(s, limits, names, spec, trace.context, deps)
     trace.enqueued((job_id,))
     return job_id
 
 
-def _insert_one(
+def insert_one(
     s: EnqueueStatements,
     limits: LimitStatements,
     names: TableNames,
     spec: ValidatedSpec,
     trace_context: str | None,
+    deps: DependencyStatements | None = None,
 ) -> Plan[int]:
+    """Write one validated job (its dependencies checked already, if any)."""
     params: dict[str, Any] = {
         "kind": spec.kind,
         "payload": spec.payload_json,
@@ -212,6 +236,8 @@ def _insert_one(
     }
     if spec.limit_key is not None:
         yield Query(limits.ensure_slots, {"keys": [spec.limit_key]})
+    if spec.depends_on and deps is not None:
+        return (yield from insert_dependent(deps, names, spec, trace_context))
     rule = spec.unique
     if rule is None:
         rows = yield Query(s.enqueue, params)
@@ -245,7 +271,11 @@ def _insert_one(
 
 
 def enqueue_many(
-    s: EnqueueStatements, limits: LimitStatements, names: TableNames, specs: Iterable[SpecLike]
+    s: EnqueueStatements,
+    limits: LimitStatements,
+    names: TableNames,
+    specs: Iterable[SpecLike],
+    deps: DependencyStatements,
 ) -> Operation[list[int]]:
     checked = validate_specs(specs)
     # One span for the batch, whatever its size; its context on every job.
@@ -255,9 +285,13 @@ def enqueue_many(
         if not checked:
             return []
         context = trace.context
-        # Unique jobs go one by one, each with its key's rule; the rest are
-        # written together.
-        plain = [spec for spec in checked if spec.unique is None]
+        # Every dependency of the batch is checked before anything is written.
+        waited = sorted({i for spec in checked for i in spec.depends_on})
+        yield from check_dependencies(deps, names, waited)
+        # Unique jobs go one by one, each with its rule; jobs that depend on
+        # others together (`insert_dependents`); the rest together (COPY
+        # when many).
+        plain = [spec for spec in checked if spec.unique is None and not spec.depends_on]
         keys = sorted({spec.limit_key for spec in checked if spec.limit_key is not None})
         if keys:
             yield Query(limits.ensure_slots, {"keys": keys})
@@ -265,7 +299,20 @@ def enqueue_many(
         if plain:
             ids = yield from _insert_plain(s, names, plain, context)
         plain_ids = iter(ids)
-        out = [next(plain_ids) if spec.unique is None else 0 for spec in checked]
+        out = [
+            next(plain_ids) if spec.unique is None and not spec.depends_on else 0
+            for spec in checked
+        ]
+        waiting = [n for n, spec in enumerate(checked) if spec.depends_on]
+        if waiting:
+            # Jobs that depend on others: together, in one more statement.
+            specs = [checked[n] for n in waiting]
+            rows = yield Query(s.allocate_ids, (names.regclass, len(specs)))
+            db_now, given = rows[0]
+            given.sort()
+            yield from insert_dependents(deps, names, specs, given, db_now, context)
+            for n, job_id in zip(waiting, given, strict=True):
+                out[n] = job_id
         # Unique jobs in the order of their keys, whatever the batch's order:
         # batches that share keys wait for each other's keys in one order,
         # and so never deadlock. Equal keys keep their order.
@@ -275,7 +322,7 @@ def enqueue_many(
             if spec.unique is not None
         )
         for _, _, n in keyed:
-            out[n] = yield from _insert_one(s, limits, names, checked[n], context)
+            out[n] = yield from insert_one(s, limits, names, checked[n], context)
         trace.enqueued(out)
         return out
 

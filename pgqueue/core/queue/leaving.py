@@ -7,8 +7,8 @@ it), and its result is kept if it asked for one (result_ttl):
 `LEAVING_STEPS`, which every statement that ends jobs composes through
 `after_leaving` (`pgqueue.core.queue.outcomes`). The `results` notification
 is sent at the end of the statement, by `told`, for the results kept only.
-A new step (say, releasing a job's dependents) is one more entry in
-`LEAVING_STEPS`.
+Releasing a job's dependents (or cancelling them with it) is one more
+entry: `follow_dependents` (`pgqueue.core.queue.depends`).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Final
 
 from psycopg import sql
 
+from .depends import follow_dependents
 from .table import Table
 
 __all__ = ["LEAVING_STEPS", "Leaving", "after_leaving", "copy_to_history", "left_free", "told"]
@@ -109,6 +110,10 @@ class Leaving:
     # In a worker's turn, which jobs it may claim: a freed slot goes to the
     # next ready job of its key among them (`HANDED_ON`). None: freed.
     served: sql.Composable | None = None
+    # Successes: the sources ending jobs in the same statement whose
+    # dependents are cancelled with them (`{source}_below`, defined before):
+    # what they cancel, the release leaves alone (`pgqueue.core.queue.depends`).
+    spared: tuple[str, ...] = ()
 
 
 def copy_to_history(t: Table, leaving: Leaving) -> sql.Composable:
@@ -149,7 +154,12 @@ LeavingStep = Callable[[Table, Leaving], sql.Composable]
 # What follows a job's leaving the table, in order: each a CTE (or nothing)
 # appended after the CTE `source` in one WITH, so that all of it is written
 # by the statement that ended the job, or none.
-LEAVING_STEPS: Final[tuple[LeavingStep, ...]] = (copy_to_history, free_slot, keep_result)
+LEAVING_STEPS: Final[tuple[LeavingStep, ...]] = (
+    copy_to_history,
+    free_slot,
+    keep_result,
+    follow_dependents,
+)
 
 
 def after_leaving(

@@ -12,7 +12,7 @@ from ..backoff import Backoff
 from ..jobs import LEASE_EXPIRED, Job, JobStatus, validate_timeout
 from ..plans import Operation, Plan, Query, fetch, first_count
 from ..states import Event
-from .outcomes import OutcomeStatements, decide, failure_arrays, written
+from .outcomes import OutcomeStatements, decide, recorded_failures
 from .table import FeatureStatements
 
 __all__ = [
@@ -133,7 +133,7 @@ def reap_outcomes(
         ]
         if not failures:
             return {}
-        return written((yield Query(outcomes.record_failures, failure_arrays(failures))))
+        return (yield from recorded_failures(outcomes, failures))
 
     return Operation(plan(), atomic=True)
 

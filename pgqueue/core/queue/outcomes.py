@@ -22,7 +22,7 @@ from ..states import Event, next_state
 from .leaving import Leaving, after_leaving, copy_to_history, told
 from .table import Table
 
-__all__ = ["OutcomeStatements", "failure_ctes", "success_ctes"]
+__all__ = ["OutcomeStatements", "failure_ctes", "recorded_failures", "success_ctes"]
 
 
 # -- the statements that end jobs ------------------------------------------------
@@ -34,6 +34,19 @@ done AS (
     DELETE FROM {table}
      WHERE id = ANY(%(done)s::bigint[]) AND status = 'running'{fence}
     RETURNING {leaving}){after}"""
+# A job that jobs depend on ends only if its dependents are those this
+# statement's snapshot sees: an enqueue that attached one meanwhile (this
+# statement waited for its lock) changed `dependents`, and the job is left
+# running, for the caller to record again by a statement that sees the new
+# dependent (`pgqueue.core.queue.depends`). Free for the other jobs.
+DEPENDENTS_SEEN: Final = """
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM {table} AS s WHERE s.id = {table}.id))"""
+# The same, for the statements that end jobs (as ``j``) dead or cancelled:
+# what waits below such a job is cancelled with it, and must all be seen.
+J_DEPENDENTS_SEEN: Final = """
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM {table} AS s WHERE s.id = j.id))"""
 COMPLETE: Final = """
 WITH{done}
 SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM done),
@@ -68,12 +81,12 @@ failed_rows AS (
            locked_at = NULL,
            locked_by = NULL,
            last_error = COALESCE(f.error, j.last_error){from_rows}
-       AND j.cancel_requested_at IS NULL
+       AND j.cancel_requested_at IS NULL{seen}
     RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error){after_failed},
+              j.attempts, j.last_error, j.dependents){after_failed},
 cancelled AS (
     DELETE FROM {table} AS j{using_rows}
-       AND j.cancel_requested_at IS NOT NULL
+       AND j.cancel_requested_at IS NOT NULL{seen}
     RETURNING {leaving_f}){after_cancelled},
 failed AS (
     SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled)"""
@@ -86,7 +99,8 @@ SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM failed),
        {told}"""
 # -- cancellation (docs/cancel.md) ---------------------------------------------
 #
-# Waiting and dead jobs go at once (recorded as cancelled); running ones are
+# Pending, waiting and dead jobs go at once (recorded as cancelled, with the
+# jobs that wait for them: `pgqueue.core.queue.depends`); running ones are
 # marked, and their workers told on the control channel (they also learn it
 # from their next heartbeat). The rows are locked first: a job being claimed
 # right now is judged once the claim has committed, as the running job it
@@ -96,7 +110,7 @@ WITH target AS (
     SELECT id, status FROM {table} WHERE id = ANY(%(ids)s::bigint[]) ORDER BY id FOR UPDATE
 ), cancelled AS (
     DELETE FROM {table} AS j USING target AS t
-     WHERE j.id = t.id AND t.status IN ('pending', 'dead')
+     WHERE j.id = t.id AND t.status IN ('pending', 'dead', 'waiting'){seen}
     RETURNING {leaving_j}){after},
 asked AS (
     UPDATE {table} AS j SET cancel_requested_at = coalesce(j.cancel_requested_at, now())
@@ -109,22 +123,35 @@ SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM cancelled),
        (SELECT pg_notify(%(control)s, CASE WHEN count(*) <= 300 THEN string_agg(id::text, ',')
                                           ELSE '*' END)::text
           FROM asked HAVING count(*) > 0) IS NULL,
-       {told}"""
+       {told},
+       (SELECT count(*) FROM cancelled_swept)"""
 
 
 def success_ctes(
-    t: Table, *, worker: bool = False, plain: bool = False, served: sql.Composable | None = None
+    t: Table,
+    *,
+    worker: bool = False,
+    plain: bool = False,
+    served: sql.Composable | None = None,
+    spared: tuple[str, ...] = (),
 ) -> sql.Composable:
     """The ``done`` CTE and its leaving steps. A worker's successes are
     fenced by its name; `served`: their slots go on to the next ready job of
     their key that the worker may claim. `plain` successes hold no slot and
     keep no result (the statement deletes only those): of the leaving steps,
     only the copy to history applies. A caller that was wrong loses neither
-    a slot nor a result: the job stays running."""
+    a slot nor a result: the job stays running. So does a job whose
+    dependents changed while the statement waited for it (`DEPENDENTS_SEEN`):
+    the caller records it again. `spared`: the sources of the same
+    statement, written before, whose cancels the release leaves alone."""
     fence = " AND locked_by = %(worker)s" if worker or plain else ""
     if plain:
-        fence += " AND limit_key IS NULL AND result_ttl IS NULL"
-    leaving = Leaving("done", "'succeeded'", value="v.value", history="succeeded", served=served)
+        fence += " AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL"
+    else:
+        fence += t.compose(DEPENDENTS_SEEN).as_string(None)
+    leaving = Leaving(
+        "done", "'succeeded'", value="v.value", history="succeeded", served=served, spared=spared
+    )
     steps = (copy_to_history,) if plain else None  # None: every leaving step
     return t.compose(DONE, fence=sql.SQL(fence), after=after_leaving(t, leaving, steps))
 
@@ -140,6 +167,7 @@ def failure_ctes(t: Table) -> sql.Composable:
         using_rows=sql.SQL(FAILURE_ROWS).format(verb=sql.SQL("USING")),
         after_failed=after_leaving(t, failed),
         after_cancelled=after_leaving(t, cancelled),
+        seen=t.compose(J_DEPENDENTS_SEEN),
     )
 
 
@@ -159,7 +187,12 @@ class OutcomeStatements:
                 failures=failure_ctes(t),
                 told=told(t, "failed_rows", "cancelled"),
             ),
-            cancel=t.render(CANCEL, after=after_leaving(t, cancelled), told=told(t, "cancelled")),
+            cancel=t.render(
+                CANCEL,
+                after=after_leaving(t, cancelled),
+                told=told(t, "cancelled"),
+                seen=t.compose(J_DEPENDENTS_SEEN),
+            ),
         )
 
 
@@ -178,12 +211,15 @@ class Failure:
 
 @dataclass(frozen=True, slots=True)
 class Cancelled:
-    """What `cancel` did: jobs removed at once (waiting or dead), running jobs
-    asked to stop, and ids not in the queue (finished, or never there)."""
+    """What `cancel` did: jobs removed at once (pending, waiting or dead),
+    running jobs asked to stop, and ids not in the queue (finished, or never
+    there); and how many jobs that waited for those removed went with them
+    (`depends_on`, docs/workflows.md)."""
 
     deleted: list[int]
     requested: list[int]
     not_found: list[int]
+    dependents: int = 0
 
 
 def decide(
@@ -221,6 +257,13 @@ def complete(
         if not ids:
             return []
         ((done, _),) = yield Query(s.complete, params)
+        if len(done) < len(ids):
+            # Not running (nothing to do), or a dependent was attached while
+            # the statement waited (`DEPENDENTS_SEEN`): once more, afresh.
+            seen = set(done)
+            rest = {**params, "done": [i for i in ids if i not in seen]}
+            ((more, _),) = yield Query(s.complete, rest)
+            done = [*done, *more]
         return list(done)
 
     return Operation(plan())
@@ -232,10 +275,25 @@ def record_failures(
     def plan() -> Plan[dict[int, JobStatus]]:
         if not failures:
             return {}
-        rows = yield Query(s.record_failures, failure_arrays(failures))
-        return written(rows)
+        return (yield from recorded_failures(s, failures))
 
     return Operation(plan())
+
+
+def recorded_failures(
+    s: OutcomeStatements, failures: Sequence[Failure], first: Rows | None = None
+) -> Plan[dict[int, JobStatus]]:
+    """Record failures (or read what `first`, a statement that recorded them,
+    wrote); those it did not write are tried once more by a statement of
+    their own: a job whose dependents changed while the first waited for it
+    (`J_DEPENDENTS_SEEN`) is recorded then. Each job's status after."""
+    if first is None:
+        first = yield Query(s.record_failures, failure_arrays(failures))
+    done = written(first)
+    rest = [f for f in failures if f.job_id not in done]
+    if rest:
+        done |= written((yield Query(s.record_failures, failure_arrays(rest))))
+    return done
 
 
 def written_status(failure: Failure, written: dict[int, JobStatus]) -> JobStatus:
@@ -259,9 +317,17 @@ def cancel(
     def plan() -> Plan[Cancelled]:
         if not ids:
             return Cancelled([], [], [])
-        ((deleted, requested, _, _),) = yield Query(s.cancel, params)
+        ((deleted, requested, _, _, swept),) = yield Query(s.cancel, params)
+        missing = [i for i in ids if i not in set(deleted) | set(requested)]
+        if missing:
+            # Not in the table, or a dependent was attached while the
+            # statement waited for the job (`J_DEPENDENTS_SEEN`): once more.
+            ((more, asked, _, _, also),) = yield Query(s.cancel, {**params, "ids": missing})
+            deleted, requested, swept = [*deleted, *more], [*requested, *asked], swept + also
         found = set(deleted) | set(requested)
-        return Cancelled(sorted(deleted), sorted(requested), [i for i in ids if i not in found])
+        return Cancelled(
+            sorted(deleted), sorted(requested), [i for i in ids if i not in found], int(swept)
+        )
 
     return Operation(plan())
 

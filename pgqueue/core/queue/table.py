@@ -56,6 +56,7 @@ class Table:
             "results": n.results,
             "limits": n.limits,
             "slots": n.limit_slots,
+            "dependencies": n.dependencies,
             "results_channel": sql.Literal(n.results_channel),
             "jobs_channel": sql.Literal(n.channel),
             # The claim index, as a regclass literal: the turn reports how
@@ -68,6 +69,11 @@ class Table:
             # (failures): the reason is what history and results keep.
             "leaving_f": sql.SQL(", ").join(sql.SQL(f"j.{c}") for c in leaving if c != "last_error")
             + sql.SQL(",\n              COALESCE(f.error, j.last_error) AS last_error"),
+            # The same, for a job cancelled with a job it waited for: the
+            # statement gives the reason (`pgqueue.core.queue.depends`).
+            "leaving_but_error": sql.SQL(", ").join(
+                sql.SQL(f"j.{c}") for c in leaving if c != "last_error"
+            ),
         }
 
     def compose(self, template: str, **parts: sql.Composable) -> sql.Composable:

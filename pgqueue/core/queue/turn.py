@@ -27,6 +27,7 @@ from .outcomes import (
     Failure,
     failure_arrays,
     failure_ctes,
+    recorded_failures,
     result_arrays,
     success_ctes,
 )
@@ -41,7 +42,7 @@ CYCLE: Final = (
     "\nWITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),"
     "\nread AS MATERIALIZED ("
     "SELECT pg_stat_get_xact_tuples_returned({unlimited_index}::regclass) AS before),"
-    "{limited}{done},{failures},"
+    "{limited}{failures},{done},"
     """
 claimed AS ({claim})
 SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM done),
@@ -116,7 +117,14 @@ def turn_statement(t: Table, spec: TurnSpec) -> bytes:
     sources = spec.sources
     return t.render(
         CYCLE,
-        done=success_ctes(t, worker=True, plain=spec.plain, served=served),
+        # What its failures cancel, its successes release not (they come first).
+        done=success_ctes(
+            t,
+            worker=True,
+            plain=spec.plain,
+            served=served,
+            spared=("failed_rows", "cancelled") if spec.failures else (),
+        ),
         failures=failure_ctes(t) if spec.failures else sql.SQL(NO_FAILURES),
         limited=ctes + sql.SQL(",") if spec.limited else ctes,
         claim=claim_update(t, claim),
@@ -227,13 +235,16 @@ class Turns:
             (
                 (done, failed, statuses, claimed, _, slots, token_in, left_free, walked),
             ) = yield Query(statement, params)
-            if plain and len(done) < len(params["done"]):
-                # A success held a slot or kept a result after all (or its
-                # lease was lost, and this finds it gone again).
+            if len(done) < len(params["done"]):
+                # A success held a slot, kept a result or had dependents
+                # after all; or a dependent was attached while the statement
+                # waited for it (`DEPENDENTS_SEEN`); or its lease was lost,
+                # and this finds it gone again.
                 seen = set(done)
                 rest = [i for i in params["done"] if i not in seen]
                 full = self.sql.turn(*shape, 0, False, 0, failures=False)
-                rest_params = {**claim, "worker": worker, "done": rest, **result_arrays(None)}
+                kept = {i: results[i] for i in rest if i in results} if results else None
+                rest_params = {**claim, "worker": worker, "done": rest, **result_arrays(kept)}
                 ((recorded, _, _, _, _, _, _, freed, _),) = yield Query(full, rest_params)
                 done = done + recorded
                 left_free += freed
@@ -255,6 +266,11 @@ class Turns:
                 ((_, _, _, more, _, _, token_in, _, _),) = yield Query(again, nothing)
                 claimed = claimed + more
             written = {i: JobStatus(s) for i, s in zip(failed, statuses, strict=True)}
+            if len(written) < len(failures):
+                # Lost leases; or a dependent was attached while the turn
+                # waited for a job (`J_DEPENDENTS_SEEN`): once more, afresh.
+                rest = [f for f in failures if f.job_id not in written]
+                written |= yield from recorded_failures(self.sql.outcomes, rest)
             jobs = in_claim_order(map(Job.from_json, claimed))
             return Cycle(done, written, jobs, token_in, left_free, walked)
 

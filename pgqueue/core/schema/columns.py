@@ -28,6 +28,7 @@ JOB_COLUMNS: Final = (
     "limit_key",
     "cancel_requested",
     "trace_context",
+    "parents",
 )
 # Columns read as an expression (`Job` takes plain values): the rest are read as they are.
 READ_AS: Final = {
@@ -65,7 +66,16 @@ INSERT_COLUMNS: Final = (
 # What a job that leaves the table (deleted) must tell the statement that
 # deleted it, beyond the history's columns: to free its limit's slot (fenced
 # by its attempt) and to keep its result.
-LEAVING_COLUMNS: Final = ("attempts", "kind", "queue", "limit_key", "result_ttl", "last_error")
+# And whether jobs depend on it (`dependents`: released or cancelled with it).
+LEAVING_COLUMNS: Final = (
+    "attempts",
+    "kind",
+    "queue",
+    "limit_key",
+    "result_ttl",
+    "last_error",
+    "dependents",
+)
 
 
 def job_columns(prefix: str = "") -> sql.Composable:

@@ -28,6 +28,7 @@ SIDE_TABLES: Final = (
     "results",
     "limits",
     "limit_slots",
+    "dependencies",
 )
 # Its indexes by field: each named ``<name>_<suffix>``.
 INDEXES: Final = {
@@ -42,6 +43,7 @@ INDEXES: Final = {
     "unlimited_index": "unlimited",
     "limited_index": "limited",
     "results_index": "results_expiry",
+    "waiting_index": "waiting",
 }
 
 # The scopes of unique jobs that a unique index holds (migration 7).
@@ -91,6 +93,8 @@ class TableNames:
     results: sql.Identifier
     limits: sql.Identifier
     limit_slots: sql.Identifier
+    # Which waiting job waits for which job (docs/workflows.md).
+    dependencies: sql.Identifier
     versions: sql.Identifier
     # Indexes, named without their schema (they live in their table's).
     ready_index: sql.Identifier
@@ -104,6 +108,7 @@ class TableNames:
     unlimited_index: sql.Identifier
     limited_index: sql.Identifier
     results_index: sql.Identifier
+    waiting_index: sql.Identifier
     # The key of this table's rows in ``pgqueue_schema``, which lives in
     # the same schema: the table's own name is unique there.
     key: str

@@ -27,6 +27,7 @@ __all__ = [
     "PENDING",
     "RUNNING",
     "UNIQUE_PREDICATES",
+    "WAITING",
     "Index",
 ]
 
@@ -39,6 +40,8 @@ LIMITED: Final = "status = 'pending' AND limit_key IS NOT NULL"
 # A running job (a running job always has a lock time: see the running index).
 RUNNING: Final = "status = 'running' AND locked_at IS NOT NULL"
 DEAD: Final = "status = 'dead'"
+# A job that waits for others (`depends_on`): outside every claim's index.
+WAITING: Final = "status = 'waiting'"
 # An orphaned job (`Job.orphaned`): its worker vanished holding it. Its
 # claim reads the orphans index, whose predicate it is.
 ORPHANED: Final = sql.SQL("starts_with(last_error, {})").format(sql.Literal(LEASE_EXPIRED))
@@ -95,6 +98,10 @@ RUNNING_INDEX: Final = Index(
     "btree (locked_at) WHERE ((status = 'running'::text) AND (locked_at IS NOT NULL))",
 )
 DEAD_INDEX: Final = Index("dead", "id", DEAD, "btree (id) WHERE (status = 'dead'::text)")
+# Waiting jobs, for operators (`jobs --status waiting`) and counts (migration 13).
+WAITING_INDEX: Final = Index(
+    "waiting", "id", WAITING, "btree (id) WHERE (status = 'waiting'::text)"
+)
 # Migration 7's claim index, replaced by the unlimited one (migration 8).
 CLAIM_INDEX: Final = Index(
     "claim",
@@ -144,4 +151,5 @@ INDEXES: Final = (
     *UNIQUE_INDEXES.values(),
     UNLIMITED_INDEX,
     LIMITED_INDEX,
+    WAITING_INDEX,
 )

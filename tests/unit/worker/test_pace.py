@@ -88,3 +88,47 @@ def test_a_cancelled_claim_halves_the_claims_from_its_own_size() -> None:
     assert not pace.cancelled(1)
     pace.ran(0.000_01)
     assert pace.size(0, starved=False) == 1
+
+
+@given(
+    concurrency=st.integers(1, 64),
+    batch_size=st.integers(1, 500),
+    run_time=st.one_of(st.none(), st.floats(0.000_001, 5.0)),
+    unstarted=st.integers(0, 600),
+)
+def test_the_low_water_mark_is_where_a_busy_worker_claims(
+    concurrency: int, batch_size: int, run_time: float | None, unstarted: int
+) -> None:
+    # Every runner busy, nothing coming: the runners wake the fetcher at the
+    # low-water mark, and the fetcher claims exactly from there down, so no
+    # wake-up is lost and none is wasted.
+    pace = Pace(concurrency=concurrency, batch_size=batch_size)
+    if run_time is not None:
+        pace.ran(run_time)
+    claims = pace.size(concurrency + unstarted, starved=False) > 0
+    assert claims == (unstarted <= pace.low_water())
+
+
+def test_the_low_water_mark_of_20_ms_handlers_on_16_runners() -> None:
+    pace = Pace(concurrency=16, batch_size=100)
+    pace.ran(0.02)
+    assert (pace.ahead(), pace.low_water()) == (8, 4)  # claimed with 4 left, 8 ahead
+
+
+@given(
+    concurrency=st.integers(1, 64),
+    batch_size=st.integers(1, 500),
+    run_time=st.floats(0.000_001, 5.0),
+    round_trip=st.floats(0.000_1, 0.1),
+)
+def test_claims_come_in_a_handful_of_sizes(
+    concurrency: int, batch_size: int, run_time: float, round_trip: float
+) -> None:
+    # Each size is a statement of its own, planned until it is prepared.
+    pace = Pace(concurrency=concurrency, batch_size=batch_size, round_trip=round_trip)
+    pace.ran(run_time)
+    sizes = {pace.size(held, starved) for held in range(0, 700) for starved in (False, True)}
+    sizes.discard(0)
+    shapes = {1 << n for n in range(10)} | {concurrency, batch_size}
+    assert sizes <= shapes
+    assert all(size <= batch_size for size in sizes)

@@ -140,3 +140,26 @@ async def test_a_quick_jobs_outcome_is_written_while_a_slow_one_of_its_chunk_run
     with anyio.fail_after(PATIENCE * 2):
         await w.run(until_empty=True)
     assert sorted(fake.succeeded) == [teacher, first, slow, last]
+
+
+def test_jobs_of_a_kind_known_quick_share_one_hop_however_few_they_are() -> None:
+    from pgqueue.aio.worker.threads import Threads
+    from pgqueue.core.ledger import Ledger
+    from pgqueue.core.worker import Handlers, WorkerSettings
+
+    handlers = Handlers()
+    handlers.register("k")(lambda job: None)
+    ledger: Ledger[Any] = Ledger()
+    ledger.claim([context.job for context in contexts(10)])
+    settings = WorkerSettings(concurrency=16, batch_size=100)
+    limiter = anyio.CapacityLimiter(16)
+    threads = Threads(settings, handlers, ledger, None, limiter, "t")  # type: ignore[arg-type]
+    # Fewer jobs than runners, of a kind never run: one each, in case they block.
+    assert len(threads.take().runs) == 1
+    # Known quick (it ran, and not slowly): the rest in one hop.
+    threads._ran.add("k")
+    assert len(threads.take().runs) == 9
+    # Known slow: alone again.
+    ledger.claim([context.job for context in contexts(12)][10:])
+    threads._slow.add("k")
+    assert len(threads.take().runs) == 1

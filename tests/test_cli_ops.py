@@ -701,7 +701,7 @@ def test_console_script_runs_the_operator_commands(dsn: str, table: str) -> None
     stats = script(env, "stats", "--json")
     assert stats.returncode == 0, stats.stderr
     assert json.loads(stats.stdout)["by_kind"] == {
-        "send_receipt": {"pending": 1, "running": 0, "dead": 0}
+        "send_receipt": {"pending": 1, "running": 0, "dead": 0, "waiting": 0}
     }
     shown = script(env, "jobs", "show", str(job_id))
     assert shown.returncode == 0 and '"order_id": 42' in shown.stdout

@@ -20,6 +20,7 @@ from ..conftest import Raw
 pytestmark = pytest.mark.anyio
 
 PENDING, RUNNING, DEAD = JobStatus.PENDING, JobStatus.RUNNING, JobStatus.DEAD
+WAITING = JobStatus.WAITING
 
 
 async def fill(queue: Any, raw: Raw) -> None:
@@ -38,7 +39,7 @@ async def test_a_small_table_is_counted_exactly(queue: Any, raw: Raw) -> None:
     await fill(queue, raw)
     stats = await queue.stats()
     assert stats.exact and stats.estimated == frozenset()
-    assert stats.by_status == {PENDING: 12, RUNNING: 2, DEAD: 1}
+    assert stats.by_status == {PENDING: 12, RUNNING: 2, DEAD: 1, WAITING: 0}
     assert stats.by_queue["b"][PENDING] == 3 and stats.by_kind["j"][PENDING] == 5
     assert all(not q.estimated for q in await queue.queues())
 
@@ -51,13 +52,13 @@ async def test_under_the_cap_a_large_table_s_counts_are_exact(
     await fill(queue, raw)
     stats = await queue.stats()
     assert stats.exact
-    assert stats.by_status == {PENDING: 12, RUNNING: 2, DEAD: 1}
+    assert stats.by_status == {PENDING: 12, RUNNING: 2, DEAD: 1, WAITING: 0}
     assert {q: c[PENDING] for q, c in stats.by_queue.items()} == {"b": 3, "default": 9}
-    assert stats.by_priority[0] == {PENDING: 12, RUNNING: 2, DEAD: 1}
+    assert stats.by_priority[0] == {PENDING: 12, RUNNING: 2, DEAD: 1, WAITING: 0}
     # Pending jobs without a limit key are counted by queue and priority, not kind.
     assert stats.by_kind["k"][RUNNING] == 2 and stats.by_kind["d"][DEAD] == 1
     states = {q.name: q for q in await queue.queues()}
-    assert states["default"].counts == {PENDING: 9, RUNNING: 2, DEAD: 1}
+    assert states["default"].counts == {PENDING: 9, RUNNING: 2, DEAD: 1, WAITING: 0}
     assert states["b"].counts[PENDING] == 3
     assert not any(q.estimated for q in states.values())
 

@@ -249,7 +249,7 @@ async def test_drain_runs_the_queues_tasks_when_given_no_handlers(
 async def test_helpers_refuse_the_other_kind_of_queue(backend: str, helpers: Helpers) -> None:
     other = testing.adrain if backend == "sync" else testing.drain
     with pytest.raises(TypeError, match="expected a pgqueue"):
-        result = other(helpers.q)  # type: ignore[arg-type]
+        result = other(helpers.q)
         if hasattr(result, "__await__"):
             await result
 

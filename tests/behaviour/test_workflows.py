@@ -39,7 +39,7 @@ class Rollback(Exception):
 async def run(queue: Any, kind: str, *, worker: str = "w") -> pgqueue.Job:
     """Claim the one ready job, which must be of `kind`."""
     [job] = await queue.claim(10, worker=worker)
-    assert job.kind == kind
+    assert isinstance(job, pgqueue.Job) and job.kind == kind
     return job
 
 
@@ -176,7 +176,8 @@ async def test_unknown_dead_and_bad_dependencies_are_refused_before_anything_is_
         await queue.enqueue("k", depends_on=[first, first + 10_000])
     with pytest.raises(ValueError, match="never"):
         await queue.enqueue_many([("ok", None), JobSpec("k", depends_on=[first + 10_000])])
-    for bad in ("1", 1, [1.5], [True], [None], {first}, [0]):
+    bads: list[Any] = ["1", 1, [1.5], [True], [None], {first}, [0]]
+    for bad in bads:
         with pytest.raises((TypeError, ValueError)):
             await queue.enqueue("k", depends_on=bad)
         with pytest.raises((TypeError, ValueError)):
@@ -242,13 +243,14 @@ async def test_a_group_runs_then_once_after_all_its_jobs(queue: Any) -> None:
         *[JobSpec("part", i, result_ttl=KEEP) for i in range(5)], then=JobSpec("sum")
     )
     assert isinstance(group, pgqueue.Group) and len(group.ids) == 5
+    assert group.then is not None
     assert await status(queue, group.then) is JobStatus.WAITING
     jobs = await queue.claim(10, worker="w")
     assert sorted(j.id for j in jobs) == group.ids
     for job in jobs:
         await queue.complete(job)
     job = await run(queue, "sum")
-    assert set(job.parents) == set(group.ids)
+    assert set(job.parents or {}) == set(group.ids)
     alone = await queue.group(JobSpec("alone"))
     assert alone.then is None and len(alone.ids) == 1
 
@@ -399,7 +401,8 @@ async def test_a_success_that_waited_for_an_enqueue_attaching_a_dependent_is_not
     blocked.join(PATIENCE)
     assert found[0][0] == []  # fenced: the job is still running
     assert await status(queue, parent) is JobStatus.RUNNING
-    assert completer.execute(statement, params).fetchone()[0] == [parent]
+    row = completer.execute(statement, params).fetchone()
+    assert row is not None and row[0] == [parent]
     [then] = [j for j in await queue.jobs() if j.kind == "then"]
     assert await status(queue, then.id) is JobStatus.PENDING
     enqueuer.close()

@@ -264,6 +264,22 @@ class ValidatedSpec:
     # The jobs it waits for (`depends_on`), without repeats, in the order given.
     depends_on: tuple[int, ...] = ()
 
+    def row_params(self, trace_context: str | None, channel: str) -> dict[str, Any]:
+        """The parameters of a statement that writes its row (and notifies ``channel``)."""
+        return {
+            "kind": self.kind,
+            "payload": self.payload_json,
+            "run_at": self.run_at,
+            "delay": self.delay,
+            "max_attempts": self.max_attempts,
+            "queue": self.queue,
+            "priority": self.priority,
+            "result_ttl": self.result_ttl,
+            "limit_key": self.limit_key,
+            "trace_context": trace_context,
+            "channel": channel,
+        }
+
 
 @dataclass(frozen=True, slots=True)
 class Stats:

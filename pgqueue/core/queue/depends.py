@@ -291,20 +291,8 @@ def insert_dependent(
     trace_context: str | None,
 ) -> Plan[int]:
     """Write one job that depends on others (checked by `check_dependencies`)."""
-    params: dict[str, Any] = {
-        "kind": spec.kind,
-        "payload": spec.payload_json,
-        "run_at": spec.run_at,
-        "delay": spec.delay,
-        "max_attempts": spec.max_attempts,
-        "queue": spec.queue,
-        "priority": spec.priority,
-        "result_ttl": spec.result_ttl,
-        "limit_key": spec.limit_key,
-        "trace_context": trace_context,
-        "channel": names.channel,
-        "depends_on": list(spec.depends_on),
-    }
+    params = spec.row_params(trace_context, names.channel)
+    params["depends_on"] = list(spec.depends_on)
     ((job_id, _, dead),) = yield Query(s.enqueue, params)
     if dead:
         # It died between the check and the lock: the caller's operation

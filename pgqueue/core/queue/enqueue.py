@@ -221,19 +221,7 @@ def insert_one(
     deps: DependencyStatements | None = None,
 ) -> Plan[int]:
     """Write one validated job (its dependencies checked already, if any)."""
-    params: dict[str, Any] = {
-        "kind": spec.kind,
-        "payload": spec.payload_json,
-        "run_at": spec.run_at,
-        "delay": spec.delay,
-        "max_attempts": spec.max_attempts,
-        "queue": spec.queue,
-        "priority": spec.priority,
-        "result_ttl": spec.result_ttl,
-        "limit_key": spec.limit_key,
-        "trace_context": trace_context,
-        "channel": names.channel,
-    }
+    params = spec.row_params(trace_context, names.channel)
     if spec.limit_key is not None:
         yield Query(limits.ensure_slots, {"keys": [spec.limit_key]})
     if spec.depends_on and deps is not None:

@@ -223,7 +223,7 @@ class AsyncQueue:
         cancelled if one of them dies or is cancelled; an id that never
         existed raises `ValueError` (docs/workflows.md).
         """
-        op = self.core.enqueue(
+        spec = JobSpec(
             kind,
             payload,
             run_at=run_at,
@@ -239,6 +239,11 @@ class AsyncQueue:
             limit_key=limit_key,
             depends_on=depends_on,
         )
+        return await self._enqueue_spec(spec, conn)
+
+    async def _enqueue_spec(self, spec: JobSpec, conn: CallerConnection | None = None) -> int:
+        """Add the job ``spec`` describes (`enqueue`, and a task's enqueue)."""
+        op = self.core.enqueue(spec)
         with op.trace:  # a span, when tracing is on (docs/tracing.md)
             return await self._driver.run(op, conn)
 

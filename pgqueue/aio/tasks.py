@@ -107,13 +107,7 @@ class AsyncTask(Generic[P, R]):
         (`options`), the job is written in the caller's transaction.
         """
         s = self.definition.spec(self.job_options, args, kwargs)
-        return await self.queue.enqueue(s.kind, s.payload, run_at=s.run_at, delay=s.delay,
-                                        max_attempts=s.max_attempts, queue=s.queue,
-                                        priority=s.priority, unique_key=s.unique_key,
-                                        unique=s.unique, unique_for=s.unique_for,
-                                        on_duplicate=s.on_duplicate, result_ttl=s.result_ttl,
-                                        limit_key=s.limit_key, depends_on=s.depends_on,
-                                        conn=self.conn)  # fmt: skip
+        return await self.queue._enqueue_spec(s, self.conn)
 
     async def enqueue_many(self, calls: Iterable[tuple[Any, ...] | Mapping[str, Any]]) -> list[int]:
         """Enqueue one job per call, in one transaction; return their ids in order.

@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from ..core.jobs import DEFAULT_QUEUE, DuplicateJob, JobStatus
+from ..core.jobs import DEFAULT_QUEUE, DuplicateJob, JobSpec, JobStatus
 from ..core.jsontext import load_json
 from ..core.specs import validate_spec
 from ..sync.queue import Queue
@@ -111,7 +111,7 @@ def prepare_enqueue(args: argparse.Namespace) -> None:
     args.unique = args.unique or "queued"
     args.on_duplicate = args.on_duplicate or "return"
     try:
-        validate_spec(args.kind, args.payload, **_job_options(args))
+        validate_spec(JobSpec(args.kind, args.payload, **_job_options(args)))
     except (TypeError, ValueError) as exc:
         raise UsageError(str(exc)) from None
 

@@ -237,6 +237,11 @@ class PgQueue:
         joined = conn if conn is not None else self.current_connection()
         return self.queue.enqueue(kind, payload, conn=joined, **options)
 
+    def _enqueue_spec(self, spec: JobSpec, conn: psycopg.Connection[Any] | None = None) -> int:
+        """(A task's enqueue.) As `enqueue`, the job as its `JobSpec`."""
+        joined = conn if conn is not None else self.current_connection()
+        return self.queue._enqueue_spec(spec, joined)
+
     def enqueue_many(
         self,
         specs: Any,

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from .backoff import Backoff
-from .jobs import DEFAULT_QUEUE, Job, JobStatus, Stats
+from .jobs import Job, JobSpec, JobStatus, Stats
 from .migrations import (
     SchemaNames,
     contract_plan,
@@ -149,42 +149,11 @@ class QueueCore:
 
     # -- enqueue --------------------------------------------------------
 
-    def enqueue(
-        self,
-        kind: str,
-        payload: Any = None,
-        *,
-        run_at: datetime | None = None,
-        delay: timedelta | None = None,
-        max_attempts: int = 3,
-        queue: str = DEFAULT_QUEUE,
-        priority: int = 0,
-        unique_key: str | None = None,
-        unique: str = "queued",
-        unique_for: timedelta | None = None,
-        on_duplicate: str = "return",
-        result_ttl: timedelta | None = None,
-        limit_key: str | None = None,
-        depends_on: Sequence[int] | None = None,
-    ) -> Operation[int]:
-        spec = validate_spec(
-            kind,
-            payload,
-            run_at=run_at,
-            delay=delay,
-            max_attempts=max_attempts,
-            queue=queue,
-            priority=priority,
-            unique_key=unique_key,
-            unique=unique,
-            unique_for=unique_for,
-            on_duplicate=on_duplicate,
-            result_ttl=result_ttl,
-            limit_key=limit_key,
-            depends_on=depends_on,
-        )
+    def enqueue(self, spec: JobSpec) -> Operation[int]:
+        """One job, its options checked first (`validate_spec`)."""
+        checked = validate_spec(spec)
         return enqueue.enqueue_one(
-            self.sql.enqueues, self.sql.limits, self.schema, spec, self.sql.dependencies
+            self.sql.enqueues, self.sql.limits, self.schema, checked, self.sql.dependencies
         )
 
     def enqueue_many(self, specs: Iterable[SpecLike]) -> Operation[list[int]]:

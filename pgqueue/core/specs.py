@@ -8,7 +8,6 @@ from datetime import datetime, timedelta
 from typing import Any, Final
 
 from .jobs import (
-    DEFAULT_QUEUE,
     ON_DUPLICATE,
     UNIQUE_SCOPES,
     Job,
@@ -43,28 +42,15 @@ _NO_DELAY: Final = timedelta(0)
 SpecLike = JobSpec | tuple[str, Any]
 
 
-def validate_spec(
-    kind: object,
-    payload: Any = None,
-    *,
-    run_at: datetime | None = None,
-    delay: timedelta | None = None,
-    max_attempts: int = 3,
-    queue: str = DEFAULT_QUEUE,
-    priority: int = 0,
-    unique_key: str | None = None,
-    unique: str = "queued",
-    unique_for: timedelta | None = None,
-    on_duplicate: str = "return",
-    result_ttl: timedelta | None = None,
-    limit_key: str | None = None,
-    depends_on: object = None,
-) -> ValidatedSpec:
-    """Check one job's arguments; raise TypeError or ValueError on the first bad one."""
+def validate_spec(spec: JobSpec) -> ValidatedSpec:
+    """Check one job (`enqueue`'s options, as the record they all take:
+    `JobSpec`); raise TypeError or ValueError on the first bad one."""
+    kind, payload, run_at, delay = spec.kind, spec.payload, spec.run_at, spec.delay
+    max_attempts, result_ttl, limit_key = spec.max_attempts, spec.result_ttl, spec.limit_key
     kind = validate_kind(kind)
-    queue = validate_queue(queue)
-    priority = validate_priority(priority)
-    rule = validate_unique(unique_key, unique, unique_for, on_duplicate)
+    queue = validate_queue(spec.queue)
+    priority = validate_priority(spec.priority)
+    rule = validate_unique(spec.unique_key, spec.unique, spec.unique_for, spec.on_duplicate)
     if isinstance(max_attempts, bool) or not isinstance(max_attempts, int):
         raise TypeError(f"max_attempts must be an int, not {type(max_attempts).__name__}")
     if not 1 <= max_attempts <= 2**31 - 1:
@@ -83,7 +69,7 @@ def validate_spec(
             raise ValueError(f"result_ttl must be at most {MAX_DELAY.days} days, got {result_ttl}")
     if limit_key is not None:
         limit_key = validate_limit_key(limit_key)
-    parents = validate_depends_on(depends_on)
+    parents = validate_depends_on(spec.depends_on)
     if parents and rule is not None:
         raise ValueError("a job with depends_on cannot have a unique_key (not supported yet)")
     payload_json = encode_payload(payload)
@@ -159,26 +145,9 @@ def validate_specs(specs: Iterable[SpecLike]) -> list[ValidatedSpec]:
         ):
             checked.append(ValidatedSpec(spec[0], encode_payload(spec[1]), None, _NO_DELAY, 3))
         elif isinstance(spec, JobSpec):
-            checked.append(
-                validate_spec(
-                    spec.kind,
-                    spec.payload,
-                    run_at=spec.run_at,
-                    delay=spec.delay,
-                    max_attempts=spec.max_attempts,
-                    queue=spec.queue,
-                    priority=spec.priority,
-                    unique_key=spec.unique_key,
-                    unique=spec.unique,
-                    unique_for=spec.unique_for,
-                    on_duplicate=spec.on_duplicate,
-                    result_ttl=spec.result_ttl,
-                    limit_key=spec.limit_key,
-                    depends_on=spec.depends_on,
-                )
-            )
+            checked.append(validate_spec(spec))
         elif isinstance(spec, tuple) and len(spec) == 2:
-            checked.append(validate_spec(spec[0], spec[1]))
+            checked.append(validate_spec(JobSpec(spec[0], spec[1])))
             valid_kinds.add(spec[0])
         else:
             raise TypeError(f"expected a JobSpec or a (kind, payload) tuple, got {spec!r:.80}")

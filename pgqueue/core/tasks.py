@@ -117,12 +117,7 @@ class TaskOptions:
                 )
         # A function's keys are checked when the queue takes the job; a
         # stand-in for them here.
-        validate_spec(kind, None, run_at=self.run_at, delay=self.delay,
-                      max_attempts=self.max_attempts, queue=self.queue, priority=self.priority,
-                      unique_key=_stand_in(self.unique_key), unique=self.unique,
-                      unique_for=self.unique_for, on_duplicate=self.on_duplicate,
-                      result_ttl=self.result_ttl, limit_key=_stand_in(self.limit_key),
-                      depends_on=self.depends_on)  # fmt: skip
+        validate_spec(self._job(kind, None, _stand_in(self.unique_key), _stand_in(self.limit_key)))
 
     def spec(
         self, kind: str, payload: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]
@@ -134,6 +129,11 @@ class TaskOptions:
             unique_key = _key(unique_key, "unique_key", kind, args, kwargs)
         if limit_key is not None and not isinstance(limit_key, str):
             limit_key = _key(limit_key, "limit_key", kind, args, kwargs)
+        return self._job(kind, payload, unique_key, limit_key)
+
+    def _job(
+        self, kind: str, payload: Any, unique_key: str | None, limit_key: str | None
+    ) -> JobSpec:
         # Positional: a batch makes one per job, and keywords cost twice as much.
         return JobSpec(kind, payload, self.run_at, self.delay, self.max_attempts, self.queue,
                        self.priority, unique_key, self.unique, self.unique_for,

@@ -137,7 +137,7 @@ def test_a_payload_just_over_jsonbs_limit_is_refused_before_any_statement() -> N
     huge = "x" * (limit - 1)  # its JSON text, with quotes: one byte over
     core = QueueCore("jobs")
     with pytest.raises(ValueError, match="payload is too large"):
-        core.enqueue("k", huge)
+        core.enqueue(JobSpec("k", huge))
     with pytest.raises(ValueError, match="payload is too large"):
         core.enqueue_many([("k", 1), JobSpec("k", huge)])
 

@@ -21,6 +21,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from pgqueue import JobSpec
 from pgqueue.core.ops import QueueCore
 from pgqueue.core.plans import Query
 from pgqueue.core.states import Event
@@ -44,10 +45,11 @@ def big(dsn: str) -> Iterator[tuple[psycopg.Connection[Any], QueueCore, dict[str
         raw.rows("INSERT INTO {table} (kind) SELECT 'filler' FROM generate_series(1, %s)", ROWS)
         ids: dict[str, int] = {}
         for parent in ("parent", "doomed"):
-            ids[parent] = run_on(conn, core.enqueue(parent, max_attempts=1))
-            ids[f"{parent}_child"] = run_on(conn, core.enqueue("c", depends_on=[ids[parent]]))
+            ids[parent] = run_on(conn, core.enqueue(JobSpec(parent, max_attempts=1)))
+            child = JobSpec("c", depends_on=[ids[parent]])
+            ids[f"{parent}_child"] = run_on(conn, core.enqueue(child))
             ids[f"{parent}_grandchild"] = run_on(
-                conn, core.enqueue("g", depends_on=[ids[f"{parent}_child"]])
+                conn, core.enqueue(JobSpec("g", depends_on=[ids[f"{parent}_child"]]))
             )
         raw.rows(
             "UPDATE {table} SET status = 'running', attempts = 1, locked_by = 'w',"

@@ -20,7 +20,7 @@ def test_depends_on_is_a_list_of_ids_without_repeats() -> None:
     assert validate_depends_on([]) == ()
     assert validate_depends_on([5, 2, 5]) == (5, 2)
     assert validate_depends_on((7,)) == (7,)
-    assert validate_spec("k", depends_on=[3]).depends_on == (3,)
+    assert validate_spec(JobSpec("k", depends_on=[3])).depends_on == (3,)
     assert validate_specs([JobSpec("k", depends_on=[4, 4])])[0].depends_on == (4,)
 
 
@@ -38,7 +38,7 @@ def test_depends_on_out_of_the_id_range_is_a_value_error(bad: Any) -> None:
 
 def test_depends_on_with_a_unique_key_is_refused() -> None:
     with pytest.raises(ValueError, match="unique_key"):
-        validate_spec("k", depends_on=[1], unique_key="u")
+        validate_spec(JobSpec("k", depends_on=[1], unique_key="u"))
 
 
 def test_releasing_dependents_is_one_leaving_step_in_every_statement_that_ends_jobs() -> None:

@@ -7,8 +7,9 @@ are ``xact`` ones, its settings ``set_config(..., true)``), so they pass
 through as they are; what does not pass is decided here, once, for both
 backends:
 
-* psycopg's prepared statements (made after a statement ran five times on a
-  connection) live in one server session: a queue told
+* psycopg's prepared statements (made when a statement first runs on a
+  queue's own connection, `DIRECT_KWARGS`; after five runs on a pool of the
+  caller's) live in one server session: a queue told
   ``transaction_pooling=True`` makes its connections with
   ``prepare_threshold=None`` (`POOLER_KWARGS`), and refuses a pool of the
   caller's that would prepare (`check_pool_kwargs`).

@@ -33,7 +33,7 @@ from psycopg import sql
 from ..jobs import ValidatedSpec, validate_job_id
 from ..plans import Operation, Plan, Query, fetch
 from ..schema.names import TableNames
-from .table import FeatureStatements, Table
+from .table import FeatureStatements, Table, cte
 
 if TYPE_CHECKING:
     from .leaving import Leaving
@@ -210,8 +210,10 @@ def spared(sources: tuple[str, ...]) -> sql.Composable:
     modifies a row once, and the cancel must win."""
     if not sources:
         return sql.SQL("")
-    below = " UNION ALL ".join(f"SELECT id FROM {s}_below" for s in sources)
-    return sql.SQL(f"\n       AND j.id <> ALL(ARRAY({below}))")
+    below = sql.SQL(" UNION ALL ").join(
+        sql.SQL("SELECT id FROM {}").format(cte(s, "below")) for s in sources
+    )
+    return sql.SQL("\n       AND j.id <> ALL(ARRAY({}))").format(below)
 
 
 def follow_dependents(t: Table, leaving: Leaving) -> sql.Composable:
@@ -225,8 +227,8 @@ def follow_dependents(t: Table, leaving: Leaving) -> sql.Composable:
         return t.compose(
             RELEASE,
             source=sql.SQL(source),
-            edges=sql.SQL(f"{source}_edges"),
-            released=sql.SQL(f"{source}_released"),
+            edges=cte(source, "edges"),
+            released=cte(source, "released"),
             values=sql.SQL(RELEASED_VALUES if leaving.value == "v.value" else NO_VALUES),
             spared=spared(leaving.spared),
         )
@@ -237,9 +239,9 @@ def follow_dependents(t: Table, leaving: Leaving) -> sql.Composable:
         SWEEP,
         source=sql.SQL(source),
         swept=sql.SQL(swept),
-        below=sql.SQL(f"{source}_below"),
-        swept_edges=sql.SQL(f"{swept}_edges"),
-        ended=sql.SQL(f"({leaving.outcome})::text"),
+        below=cte(source, "below"),
+        swept_edges=cte(swept, "edges"),
+        ended=sql.SQL("({})::text").format(sql.SQL(leaving.outcome)),
     ) + sql.Composed([copy_to_history(t, gone), keep_result(t, gone)])
 
 

@@ -20,7 +20,7 @@ from typing import Final
 from psycopg import sql
 
 from .depends import follow_dependents
-from .table import Table
+from .table import Table, cte
 
 __all__ = ["LEAVING_STEPS", "Leaving", "after_leaving", "copy_to_history", "left_free", "told"]
 
@@ -125,13 +125,13 @@ def copy_to_history(t: Table, leaving: Leaving) -> sql.Composable:
 def free_slot(t: Table, leaving: Leaving) -> sql.Composable:
     source = leaving.source
     fence = sql.SQL(SLOT_FENCE).format(attempt=sql.SQL(leaving.attempt))
-    names = {"freed": sql.SQL(f"{source}_freed"), "source": sql.SQL(source), "fence": fence}
+    names = {"freed": cte(source, "freed"), "source": sql.SQL(source), "fence": fence}
     if leaving.served is None:
         return sql.SQL(",") + t.compose(FREED, **names)
     return sql.SQL(",") + t.compose(
         HANDED_ON,
-        left=sql.SQL(f"{source}_slots"),
-        handed=sql.SQL(f"{source}_handed"),
+        left=cte(source, "slots"),
+        handed=cte(source, "handed"),
         served=leaving.served,
         **names,
     )
@@ -141,7 +141,7 @@ def keep_result(t: Table, leaving: Leaving) -> sql.Composable:
     return t.compose(
         KEEP_RESULT,
         source=sql.SQL(leaving.source),
-        kept=sql.SQL(f"{leaving.source}_results"),
+        kept=cte(leaving.source, "results"),
         outcome=sql.SQL(leaving.outcome),
         value=sql.SQL(leaving.value),
         error=sql.SQL(leaving.error),
@@ -178,11 +178,9 @@ def told(t: Table, *sources: str) -> sql.Composable:
     workers (the claim of this very statement saw the slots taken). Counts
     the notifications."""
     kept = sql.SQL("\n                UNION ALL ").join(
-        sql.SQL(f"SELECT job_id FROM {src}_results") for src in sources
+        sql.SQL("SELECT job_id FROM {}").format(cte(src, "results")) for src in sources
     )
-    freed = sql.SQL("\n                        UNION ALL ").join(
-        sql.SQL(f"SELECT slot FROM {src}_freed WHERE job_id IS NULL") for src in sources
-    )
+    freed = _slots_left_free(sources, "\n                        UNION ALL ")
     return t.compose(
         "(SELECT count(pg_notify({results_channel}, job_id::text))"
         "\n          FROM ({kept}) AS k)"
@@ -196,7 +194,13 @@ def told(t: Table, *sources: str) -> sql.Composable:
 def left_free(*sources: str) -> sql.Composable:
     """How many slots the statement's outcomes left free (none handed on):
     a claim that can see them free may take them."""
-    freed = sql.SQL("\n                UNION ALL ").join(
-        sql.SQL(f"SELECT slot FROM {src}_freed WHERE job_id IS NULL") for src in sources
-    )
+    freed = _slots_left_free(sources, "\n                UNION ALL ")
     return sql.SQL("(SELECT count(*) FROM ({freed}) AS f)").format(freed=freed)
+
+
+def _slots_left_free(sources: tuple[str, ...], union: str) -> sql.Composable:
+    """The slots the statement's outcomes freed and handed to no job."""
+    return sql.SQL(union).join(
+        sql.SQL("SELECT slot FROM {} WHERE job_id IS NULL").format(cte(src, "freed"))
+        for src in sources
+    )

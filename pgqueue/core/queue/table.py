@@ -19,7 +19,7 @@ from psycopg import sql
 from ..schema.columns import HISTORY_COLUMNS, INSERT_COLUMNS, LEAVING_COLUMNS, job_columns
 from ..schema.names import TableNames
 
-__all__ = ["FeatureStatements", "Rendered", "Table", "history_copy"]
+__all__ = ["FeatureStatements", "Rendered", "Table", "cte", "history_copy"]
 
 
 @dataclass(frozen=True)
@@ -87,6 +87,12 @@ class Table:
     def history_copy(self, source: str, outcome: str) -> sql.Composable:
         """`history_copy` into this table's history, if it keeps one."""
         return history_copy(self.names.history if self.history else None, source, outcome)
+
+
+def cte(source: str, part: str) -> sql.Composable:
+    """The name of a CTE of the statement that ends jobs: ``part`` of the
+    jobs of CTE ``source`` (``done_freed``, ``failed_rows_results``)."""
+    return sql.SQL("{}_{}").format(sql.SQL(source), sql.SQL(part))
 
 
 def history_copy(history: sql.Identifier | None, source: str, outcome: str) -> sql.Composable:

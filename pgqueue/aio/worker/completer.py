@@ -4,8 +4,7 @@ Runners hand it each job's outcome (`add`). A claim carries every outcome
 waiting (`cycle`: one statement records them and claims the next batch);
 outcomes no claim carried within `OUTCOME_LINGER` are written by `run`, on
 a connection of their own, beside the claims. At shutdown `flush` writes
-what is left, within a bound: what it cannot write comes back through the
-lease, as after a crash.
+what is left, within a bound: the rest comes back through the lease.
 """
 
 from __future__ import annotations
@@ -156,12 +155,13 @@ class Completer:
         log.warning("worker %s claimed again %d jobs it was still running (their lease had "
                     "expired); given back: %s", self.worker, len(again),
                     describe_jobs(again))  # fmt: skip
-        self.ledger.lose(job.id for job in again)
+        given_back = {job.id for job in again}
+        self.ledger.lose(given_back)
         releases = [f for job in again if (f := self.release(job).failure) is not None]
         with suppress(*DATABASE_ERRORS):  # else they come back through the lease
             await self.calls("releasing jobs claimed again", self.queue.settle, [],
                              releases, worker=self.worker)  # fmt: skip
-        return [job for job in jobs if job not in again]
+        return [job for job in jobs if job.id not in given_back]
 
     def release_unstarted(self) -> None:
         """(Shutdown.) Every claimed job no runner began becomes a release to write."""

@@ -22,7 +22,6 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 __all__ = ["EmbeddedPostgres", "default_directory", "dsn_or_embedded", "local_dsn", "local_server"]
@@ -73,12 +72,7 @@ class EmbeddedPostgres:
     def __enter__(self) -> str:
         return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
 

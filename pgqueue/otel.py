@@ -31,7 +31,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from types import TracebackType
 
 try:
     from opentelemetry import context as otel_context
@@ -231,12 +230,7 @@ class EnqueueSpan(tracing.Trace):
         self._token = otel_context.attach(context)
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def ended(self, exc: BaseException | None) -> None:
         span = self._span
         assert span is not None
         try:

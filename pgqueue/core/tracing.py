@@ -51,13 +51,16 @@ class Trace:
     def __enter__(self) -> Trace:
         return self
 
+    def ended(self, exc: BaseException | None) -> None:
+        """(On leaving it.) The operation's I/O is over: ``exc`` is what it raised, or None."""
+
     def __exit__(
         self,
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        return None
+        self.ended(exc)
 
 
 NO_TRACE = Trace()

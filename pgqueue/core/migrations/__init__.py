@@ -51,6 +51,7 @@ from .base import (
     SchemaError,
     SchemaNames,
     SchemaTooNew,
+    create_table,
 )
 from .grants import (
     HISTORY_GRANT,
@@ -114,17 +115,17 @@ _INSTALL_LOCK: Final = b"SELECT pg_advisory_xact_lock(hashtext('pgqueue:install'
 
 def _record_table(n: SchemaNames) -> Plan[None]:
     """Create ``pgqueue_schema``, or give an older one the contract columns."""
-    yield Query(
-        n.render("""
-CREATE TABLE IF NOT EXISTS {versions} (
+    yield create_table(
+        n,
+        "versions",
+        """\
     queue_table      text NOT NULL,
     version          integer NOT NULL,
     description      text NOT NULL,
     applied_at       timestamptz NOT NULL DEFAULT now(),
     contract_pending boolean NOT NULL DEFAULT false,
     contracted_at    timestamptz,
-    PRIMARY KEY (queue_table, version)
-)""")
+    PRIMARY KEY (queue_table, version)""",
     )
     ((recorded,),) = yield Query(_HAS_CONTRACT_COLUMNS, (n.versions_regclass,))
     if not recorded:

@@ -1,5 +1,6 @@
-"""What every migration shares: the errors, the `Migration` record, and the
-checks and grants that several versions run."""
+"""What every migration shares: the errors, the `Migration` record, the
+statements several versions write alike (a new table, new columns, a wider
+check), and the checks and grants that several versions run."""
 
 from __future__ import annotations
 
@@ -18,8 +19,11 @@ __all__ = [
     "SchemaError",
     "SchemaNames",
     "SchemaTooNew",
+    "add_columns",
     "check_prebuilt_index",
+    "create_table",
     "grant_like_queue_table",
+    "replace_checks",
 ]
 
 
@@ -57,6 +61,35 @@ class Migration:
     apply: Callable[[SchemaNames], Plan[None]]
     contract: Callable[[SchemaNames], Plan[None]] | None = None
     drops: str | None = None
+
+
+def add_columns(n: SchemaNames, name: str, *columns: str) -> Query:
+    """``ALTER TABLE`` the table ``n`` calls ``name``: ``ADD COLUMN IF NOT
+    EXISTS`` each of ``columns`` (its name and type), one a line."""
+    added = ",".join("\n    ADD COLUMN IF NOT EXISTS " + column for column in columns)
+    return Query(n.render("\nALTER TABLE {" + name + "}" + added))
+
+
+def create_table(n: SchemaNames, name: str, columns: str) -> Query:
+    """``CREATE TABLE IF NOT EXISTS`` the table ``n`` calls ``name`` (``"history"``
+    ...), with ``columns``: its column and constraint lines, as the statement shows them."""
+    return Query(n.render("\nCREATE TABLE IF NOT EXISTS {" + name + "} (\n" + columns + "\n)"))
+
+
+def replace_checks(table: sql.Identifier, found: Query, check: str) -> Plan[None]:
+    """Drop the check constraints of ``table`` that ``found`` names (a query
+    of ``pg_constraint``), then add ``check`` in their place, NOT VALID: the
+    rows already there met the narrower checks, and none is read."""
+    names = yield found
+    for (name,) in names:
+        yield Query(
+            sql.SQL("ALTER TABLE {} DROP CONSTRAINT {}")
+            .format(table, sql.Identifier(name))
+            .as_bytes(None)
+        )
+    yield Query(
+        sql.SQL("ALTER TABLE {} ADD CHECK (" + check + ") NOT VALID").format(table).as_bytes(None)
+    )
 
 
 def check_prebuilt_index(n: SchemaNames, index: Index) -> Plan[None]:

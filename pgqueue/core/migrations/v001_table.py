@@ -7,7 +7,7 @@ from typing import Final
 
 from ..plans import Plan, Query
 from ..schema.predicates import READY_INDEX
-from .base import IncompatibleTable, Migration, SchemaNames
+from .base import IncompatibleTable, Migration, SchemaNames, create_table
 
 # The columns a queue table must have, with their types, whoever built it.
 REQUIRED_COLUMNS: Final[Mapping[str, str]] = {
@@ -26,9 +26,10 @@ REQUIRED_COLUMNS: Final[Mapping[str, str]] = {
 
 
 def _table_and_ready_index(n: SchemaNames) -> Plan[None]:
-    yield Query(
-        n.render("""
-CREATE TABLE IF NOT EXISTS {table} (
+    yield create_table(
+        n,
+        "table",
+        """\
     id           bigserial PRIMARY KEY,
     kind         text NOT NULL,
     payload      jsonb NOT NULL DEFAULT 'null',
@@ -40,8 +41,7 @@ CREATE TABLE IF NOT EXISTS {table} (
     locked_at    timestamptz,
     locked_by    text,
     last_error   text,
-    created_at   timestamptz NOT NULL DEFAULT now()
-)""")
+    created_at   timestamptz NOT NULL DEFAULT now()""",
     )
     # The table may have been there already: make sure it is a queue's.
     columns = yield Query(

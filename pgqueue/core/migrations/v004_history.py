@@ -5,15 +5,16 @@ from __future__ import annotations
 from typing import Final
 
 from ..plans import Plan, Query
-from .base import Migration, SchemaNames
+from .base import Migration, SchemaNames, create_table
 
 
 def _history(n: SchemaNames) -> Plan[None]:
     # Rows that left the queue table: succeeded jobs, and dead jobs an
     # operator purged. Written only by a queue made with history=True.
-    yield Query(
-        n.render("""
-CREATE TABLE IF NOT EXISTS {history} (
+    yield create_table(
+        n,
+        "history",
+        """\
     id           bigint NOT NULL,
     kind         text NOT NULL,
     payload      jsonb NOT NULL,
@@ -23,8 +24,7 @@ CREATE TABLE IF NOT EXISTS {history} (
     last_error   text,
     locked_by    text,
     created_at   timestamptz NOT NULL,
-    finished_at  timestamptz NOT NULL DEFAULT now()
-)""")
+    finished_at  timestamptz NOT NULL DEFAULT now()""",
     )
     # Retention deletes by age.
     yield Query(n.render("CREATE INDEX IF NOT EXISTS {history_index} ON {history} (finished_at)"))

@@ -7,7 +7,8 @@ from typing import Final
 
 from ..plans import Plan, Query
 from ..schema.predicates import CLAIM_INDEX, UNIQUE_INDEXES
-from .base import Migration, SchemaNames, check_prebuilt_index, grant_like_queue_table
+from . import base
+from .base import Migration, SchemaNames
 
 
 def _queues_priorities_unique_schedules(n: SchemaNames) -> Plan[None]:
@@ -19,13 +20,13 @@ def _queues_priorities_unique_schedules(n: SchemaNames) -> Plan[None]:
 def _columns(n: SchemaNames) -> Plan[None]:
     # Each job belongs to a named queue and has a priority (larger first).
     # Adding a column with a constant default rewrites nothing.
-    yield Query(
-        n.render("""
-ALTER TABLE {table}
-    ADD COLUMN IF NOT EXISTS queue text NOT NULL DEFAULT 'default',
-    ADD COLUMN IF NOT EXISTS priority smallint NOT NULL DEFAULT 0,
-    ADD COLUMN IF NOT EXISTS unique_key text,
-    ADD COLUMN IF NOT EXISTS unique_scope text""")
+    yield base.add_columns(
+        n,
+        "table",
+        "queue text NOT NULL DEFAULT 'default'",
+        "priority smallint NOT NULL DEFAULT 0",
+        "unique_key text",
+        "unique_scope text",
     )
     # NOT VALID, then VALIDATE: existing rows are read without blocking writes.
     for check in (
@@ -52,40 +53,41 @@ def _indexes(n: SchemaNames) -> Plan[None]:
     # but the workers of the release before this one claim through the ready
     # index: it is dropped by this migration's contract step
     # (`_drop_ready_index`), once they are gone.
-    yield from check_prebuilt_index(n, CLAIM_INDEX)
+    yield from base.check_prebuilt_index(n, CLAIM_INDEX)
     yield Query(CLAIM_INDEX.create(n))
     # Unique jobs. A job leaves its index's predicate for good when it
     # starts (queued: its first claim makes attempts > 0, and neither a
     # retry nor a release brings it back to 0) or ends (active: dead, or
     # deleted): no worker statement can collide with a newer duplicate.
     for index in UNIQUE_INDEXES.values():
-        yield from check_prebuilt_index(n, index)
+        yield from base.check_prebuilt_index(n, index)
         yield Query(index.create(n))
 
 
 def _tables(n: SchemaNames) -> Plan[None]:
     # unique_for: the key is held for a window, even after its job is gone.
-    yield Query(
-        n.render("""
-CREATE TABLE IF NOT EXISTS {unique_leases} (
+    yield base.create_table(
+        n,
+        "unique_leases",
+        """\
     unique_key text PRIMARY KEY,
     job_id     bigint NOT NULL,
-    expires_at timestamptz NOT NULL
-)""")
+    expires_at timestamptz NOT NULL""",
     )
     # Paused queues (a row per queue an operator touched).
-    yield Query(
-        n.render("""
-CREATE TABLE IF NOT EXISTS {queues} (
+    yield base.create_table(
+        n,
+        "queues",
+        """\
     queue      text PRIMARY KEY,
     paused     boolean NOT NULL DEFAULT false,
-    changed_at timestamptz NOT NULL DEFAULT now()
-)""")
+    changed_at timestamptz NOT NULL DEFAULT now()""",
     )
     # Schedules: what each one enqueues, and the last tick it enqueued.
-    yield Query(
-        n.render("""
-CREATE TABLE IF NOT EXISTS {schedules} (
+    yield base.create_table(
+        n,
+        "schedules",
+        """\
     name        text PRIMARY KEY,
     kind        text NOT NULL,
     cron        text,
@@ -99,8 +101,7 @@ CREATE TABLE IF NOT EXISTS {schedules} (
     last_tick   timestamptz,
     last_job_id bigint,
     updated_at  timestamptz NOT NULL DEFAULT now(),
-    CHECK ((cron IS NULL) <> (every IS NULL))
-)""")
+    CHECK ((cron IS NULL) <> (every IS NULL))""",
     )
     # Every claim reads the paused queues, enqueues with unique_for write
     # leases, the reaper prunes them, workers tick schedules: a role that may
@@ -108,7 +109,7 @@ CREATE TABLE IF NOT EXISTS {schedules} (
     # an upgrade does not stop the workers of an application whose runtime
     # role the owner granted the queue table only (docs/reliability.md,
     # "Least privilege").
-    yield from grant_like_queue_table(n, n.queues, n.unique_leases, n.schedules)
+    yield from base.grant_like_queue_table(n, n.queues, n.unique_leases, n.schedules)
 
 
 def _drop_ready_index(n: SchemaNames) -> Plan[None]:

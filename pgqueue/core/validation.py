@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import Any, Final
 
@@ -97,13 +97,22 @@ def validate_kind(kind: object) -> str:
 
 def validate_kinds(kinds: Iterable[str] | None) -> list[str] | None:
     """Validate a worker's or claim's `kinds=` filter; None means every kind."""
-    if kinds is None:
+    return _names_filter(kinds, "kinds", "kind", validate_kind)
+
+
+def _names_filter(
+    values: Iterable[str] | None, what: str, one: str, check: Callable[[str], str]
+) -> list[str] | None:
+    """A filter of ``what`` (``"kinds"``, ``"queues"``): each name passed to
+    ``check``, in the order given; None (every one) stays None, and a filter
+    that names nothing, or a lone str, is refused."""
+    if values is None:
         return None
-    if isinstance(kinds, str):
-        raise TypeError("kinds must be a collection of str, not a single str")
-    checked = [validate_kind(k) for k in kinds]
+    if isinstance(values, str):
+        raise TypeError(f"{what} must be a collection of str, not a single str")
+    checked = [check(value) for value in values]
     if not checked:
-        raise ValueError("kinds must name at least one kind (or be None for all kinds)")
+        raise ValueError(f"{what} must name at least one {one} (or be None for all {what})")
     return checked
 
 
@@ -132,11 +141,10 @@ def validate_rate(per_second: object, burst: object) -> tuple[float | None, int 
         )
     if burst is None:
         burst = max(1, math.ceil(per_second))
-    if isinstance(burst, bool) or not isinstance(burst, int):
-        raise TypeError(f"burst must be an int, not {type(burst).__name__}")
-    if not 1 <= burst <= MAX_BURST:
-        raise ValueError(f"burst must be from 1 to {MAX_BURST:,}, got {burst}")
-    return float(per_second), burst
+    count = _int(burst, "burst")
+    if not 1 <= count <= MAX_BURST:
+        raise ValueError(f"burst must be from 1 to {MAX_BURST:,}, got {count}")
+    return float(per_second), count
 
 
 def validate_name(value: object, what: str) -> str:
@@ -170,37 +178,27 @@ def refuse_control(value: str, what: str) -> str:
 
 def validate_queues(queues: Iterable[str] | None) -> list[str] | None:
     """A worker's `queues=`: the queues it serves; None means every queue."""
-    if queues is None:
-        return None
-    if isinstance(queues, str):
-        raise TypeError("queues must be a collection of str, not a single str")
-    checked = sorted({validate_queue(q) for q in queues})
-    if not checked:
-        raise ValueError("queues must name at least one queue (or be None for all queues)")
-    return checked
+    checked = _names_filter(queues, "queues", "queue", validate_queue)
+    return None if checked is None else sorted(set(checked))
 
 
 def validate_priority(priority: object) -> int:
     """A priority: an int from -100 to 100, larger first."""
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        raise TypeError(f"priority must be an int, not {type(priority).__name__}")
-    if not MIN_PRIORITY <= priority <= MAX_PRIORITY:
+    checked = _int(priority, "priority")
+    if not MIN_PRIORITY <= checked <= MAX_PRIORITY:
         raise ValueError(
             f"priority must be from {MIN_PRIORITY} to {MAX_PRIORITY} (larger runs first), "
-            f"got {priority}"
+            f"got {checked}"
         )
-    return priority
+    return checked
 
 
 def validate_delay(value: object, name: str) -> timedelta:
     """A wait before a job is due (``delay``, ``retry_in``): from 0 to `MAX_DELAY`."""
-    if not isinstance(value, timedelta):
-        raise TypeError(f"{name} must be a timedelta, not {type(value).__name__}")
-    if value < timedelta(0):
-        raise ValueError(f"{name} must not be negative, got {value}")
-    if value > MAX_DELAY:
-        raise ValueError(f"{name} must be at most {MAX_DELAY.days} days, got {value}")
-    return value
+    delay = validate_age(value, name)
+    if delay > MAX_DELAY:
+        raise ValueError(f"{name} must be at most {MAX_DELAY.days} days, got {delay}")
+    return delay
 
 
 def validate_table_name(table: object) -> tuple[str, ...]:
@@ -243,19 +241,17 @@ def wrong_connection(conn: object, expected: str) -> TypeError:
 
 def validate_limit(limit: object, name: str = "limit") -> int:
     """A count of at least 1 (a claim's limit, a concurrency), named as the caller names it."""
-    if isinstance(limit, bool) or not isinstance(limit, int):
-        raise TypeError(f"{name} must be an int, not {type(limit).__name__}")
-    if limit < 1:
-        raise ValueError(f"{name} must be at least 1, got {limit}")
-    return limit
+    count = _int(limit, name)
+    if count < 1:
+        raise ValueError(f"{name} must be at least 1, got {count}")
+    return count
 
 
 def validate_timeout(value: object, name: str) -> timedelta:
-    if not isinstance(value, timedelta):
-        raise TypeError(f"{name} must be a timedelta, not {type(value).__name__}")
-    if value <= timedelta(0):
-        raise ValueError(f"{name} must be positive, got {value}")
-    return value
+    timeout = _timedelta(value, name)
+    if timeout <= timedelta(0):
+        raise ValueError(f"{name} must be positive, got {timeout}")
+    return timeout
 
 
 def error_text(error: object) -> str:
@@ -271,28 +267,33 @@ def error_text(error: object) -> str:
 
 def validate_claim_bytes(value: object) -> int | None:
     """A worker's byte budget per claim: a positive int, or None for none."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"claim_bytes must be an int, not {type(value).__name__}")
-    if value < 1:
-        raise ValueError(f"claim_bytes must be at least 1, got {value}")
-    return value
+    return None if value is None else validate_limit(value, "claim_bytes")
 
 
 def validate_age(value: object, name: str) -> timedelta:
     """A timedelta of zero or more, for ``older_than=``-style arguments."""
-    if not isinstance(value, timedelta):
-        raise TypeError(f"{name} must be a timedelta, not {type(value).__name__}")
-    if value < timedelta(0):
-        raise ValueError(f"{name} must not be negative, got {value}")
-    return value
+    age = _timedelta(value, name)
+    if age < timedelta(0):
+        raise ValueError(f"{name} must not be negative, got {age}")
+    return age
 
 
 def validate_job_id(value: object, name: str) -> int:
     """A job id given as an int (a bool is refused)."""
+    return _int(value, name)
+
+
+def _int(value: object, name: str) -> int:
+    """``value``, if it is an int and not a bool (which Python counts as one)."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    return value
+
+
+def _timedelta(value: object, name: str) -> timedelta:
+    """``value``, if it is a timedelta."""
+    if not isinstance(value, timedelta):
+        raise TypeError(f"{name} must be a timedelta, not {type(value).__name__}")
     return value
 
 

@@ -24,7 +24,7 @@ request may give in `pgqueue.core.dashboard_filters`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, Final
 
@@ -328,29 +328,21 @@ SELECT outcome, attempts, left(last_error, {detail}), locked_by, finished_at FRO
 
     def retry(self, job_ids: Iterable[int]) -> Operation[list[int]]:
         """Dead jobs back to pending, as `pgqueue.Queue.retry` does it; the ids revived."""
-        ids = sorted(set(validate_ids(job_ids)))
-
-        def plan() -> Plan[list[int]]:
-            if not ids:
-                return []
-            rows = yield Query(
-                self.queue.sql.operators.retry, {"ids": ids, "channel": self.queue.channel}
-            )
-            return sorted(r[0] for r in rows)
-
-        return Operation(plan())
+        return _on_ids(job_ids, self._retry)
 
     def purge(self, job_ids: Iterable[int]) -> Operation[list[int]]:
         """Delete these jobs if they are dead; the ids deleted."""
-        ids = sorted(set(validate_ids(job_ids)))
+        return _on_ids(job_ids, self._purge)
 
-        def plan() -> Plan[list[int]]:
-            if not ids:
-                return []
-            ((gone,),) = yield Query(self.purge_ids, (ids,))
-            return list(gone)
+    def _retry(self, ids: list[int]) -> Plan[list[int]]:
+        rows = yield Query(
+            self.queue.sql.operators.retry, {"ids": ids, "channel": self.queue.channel}
+        )
+        return sorted(r[0] for r in rows)
 
-        return Operation(plan())
+    def _purge(self, ids: list[int]) -> Plan[list[int]]:
+        ((gone,),) = yield Query(self.purge_ids, (ids,))
+        return list(gone)
 
     def matching_dead(self, where: JobFilter, *, after: int, limit: int = BATCH) -> bytes:
         """The next batch of dead jobs matching ``where`` (queue, kind ...), by id."""
@@ -394,12 +386,24 @@ SELECT outcome, attempts, left(last_error, {detail}), locked_by, finished_at FRO
                 if not ids:
                     return done
                 after = ids[-1]
-                if action == "retry":
-                    done += yield from self.retry(ids).plan
-                else:
-                    done += yield from self.purge(ids).plan
+                done += yield from (self._retry if action == "retry" else self._purge)(ids)
 
         return Operation(plan())
+
+
+def _on_ids(
+    job_ids: Iterable[int], act: Callable[[list[int]], Plan[list[int]]]
+) -> Operation[list[int]]:
+    """An action on jobs by id: ``act`` on the distinct ids, in order, which
+    gives the ids it acted on; no id, no statement."""
+    ids = sorted(set(validate_ids(job_ids)))
+
+    def plan() -> Plan[list[int]]:
+        if not ids:
+            return []
+        return (yield from act(ids))
+
+    return Operation(plan())
 
 
 def _purge_ids(history: bool) -> str:

@@ -47,36 +47,42 @@ def back(request: Request, done: str, n: int | None = None) -> Response:
     return Response.redirect(f"{parts.path}?{urlencode(query)}")
 
 
-def ids_of(request: Request) -> list[int]:
-    return parse_ids(request.form.get("id", []))
+def on_selected(
+    d: Dashboard,
+    request: Request,
+    act: Callable[[list[int]], list[int]],
+    name: ActionName,
+    done: str,
+) -> Response:
+    """An action on the jobs the form selected (its ``id`` fields): ``act``
+    takes their ids and gives back the ids it acted on, which are reported
+    and counted in the message ``done``."""
+    ids = parse_ids(request.form.get("id", []))
+    if not ids:
+        return back(request, "nothing")
+    acted = act(ids)
+    d._report(request, name, job_ids=tuple(acted))
+    return back(request, done, len(acted))
 
 
 def retry(d: Dashboard, request: Request) -> Response:
-    ids = ids_of(request)
-    if not ids:
-        return back(request, "nothing")
-    done = d._run(d.core.retry(ids))
-    d._report(request, ActionName.RETRY, job_ids=tuple(done))
-    return back(request, "retried", len(done))
+    return on_selected(
+        d, request, lambda ids: d._run(d.core.retry(ids)), ActionName.RETRY, "retried"
+    )
 
 
 def purge(d: Dashboard, request: Request) -> Response:
-    ids = ids_of(request)
-    if not ids:
-        return back(request, "nothing")
-    done = d._run(d.core.purge(ids))
-    d._report(request, ActionName.PURGE, job_ids=tuple(done))
-    return back(request, "purged", len(done))
+    return on_selected(
+        d, request, lambda ids: d._run(d.core.purge(ids)), ActionName.PURGE, "purged"
+    )
 
 
 def cancel(d: Dashboard, request: Request) -> Response:
-    ids = ids_of(request)
-    if not ids:
-        return back(request, "nothing")
-    out = d._run(d.core.queue.cancel(ids))
-    done = sorted(out.deleted + out.requested)
-    d._report(request, ActionName.CANCEL, job_ids=tuple(done))
-    return back(request, "cancelled", len(done))
+    def act(ids: list[int]) -> list[int]:
+        out = d._run(d.core.queue.cancel(ids))
+        return sorted(out.deleted + out.requested)
+
+    return on_selected(d, request, act, ActionName.CANCEL, "cancelled")
 
 
 def every_dead(d: Dashboard, request: Request, cookie: str) -> Response:

@@ -60,9 +60,6 @@ class EventName(enum.StrEnum):
     any other way but success), or by a reaper for a job whose worker
     vanished (``kind`` None)."""
 
-    def __str__(self) -> str:
-        return self.value
-
 
 @dataclass(frozen=True, slots=True)
 class JobEvent:
@@ -120,9 +117,6 @@ class ActionName(enum.StrEnum):
     TRIGGER_SCHEDULE = "trigger_schedule"
     """A schedule's job enqueued now; `OperatorAction.job_ids` holds it."""
     SET_LIMIT = "set_limit"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(frozen=True, slots=True)

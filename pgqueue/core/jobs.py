@@ -86,9 +86,6 @@ class JobStatus(enum.StrEnum):
     # cancellation was requested (`cancel`); its row is gone.
     CANCELLED = "cancelled"
 
-    def __str__(self) -> str:
-        return self.value
-
 
 # The statuses a job row can have (`JobStatus.CANCELLED` is never one).
 ROW_STATUSES: tuple[JobStatus, ...] = (

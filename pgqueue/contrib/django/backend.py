@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import dataclasses
 import traceback
-from collections.abc import Mapping
-from datetime import timedelta
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
 from typing import Any, Final, TypeVar
 
 from django.core.exceptions import ImproperlyConfigured
@@ -152,19 +152,8 @@ class PgQueueBackend(BaseTaskBackend):
             priority=task.priority,
             result_ttl=self.settings.result_ttl,
         )
-        result: TaskResult[Any, R] = TaskResult(
-            task=task,
-            id=str(job_id),
-            status=TaskResultStatus.READY,
-            enqueued_at=timezone.now(),
-            started_at=None,
-            last_attempted_at=None,
-            finished_at=None,
-            args=call.args,
-            kwargs=call.kwargs,
-            backend=self.alias,
-            errors=[],
-            worker_ids=[],
+        result: TaskResult[Any, R] = _task_result(
+            task, call, job_id, TaskResultStatus.READY, timezone.now()
         )
         task_enqueued.send(type(self), task_result=result)
         return result
@@ -214,39 +203,61 @@ class PgQueueBackend(BaseTaskBackend):
             call = TaskCall.from_payload(job.payload)
         except ValueError:
             raise TaskResultDoesNotExist(str(job.id)) from None
-        started = job.locked_at if job.status is JobStatus.RUNNING else None
-        return TaskResult(
-            task=self._task(call, job.queue, job.priority),
-            id=str(job.id),
-            status=TaskResultStatus[OUTCOME_STATUS[job.status.value]],
-            enqueued_at=job.created_at,
-            started_at=started,
-            last_attempted_at=started,
-            finished_at=kept.finished_at if kept else None,
-            args=call.args,
-            kwargs=call.kwargs,
-            backend=call.backend,
+        return _task_result(
+            self._task(call, job.queue, job.priority),
+            call,
+            job.id,
+            TaskResultStatus[OUTCOME_STATUS[job.status.value]],
+            job.created_at,
+            started=job.locked_at if job.status is JobStatus.RUNNING else None,
+            finished=kept.finished_at if kept else None,
             errors=[task_error(job.last_error)] if job.last_error else [],
-            worker_ids=worker_ids(job.attempts, job.locked_by),
+            workers=worker_ids(job.attempts, job.locked_by),
         )
 
     def _from_record(self, job_id: int, record: RunRecord, kept: JobResult) -> TaskResult[Any, Any]:
-        result: TaskResult[Any, Any] = TaskResult(
-            task=self._task(record.call, record.queue, record.priority),
-            id=str(job_id),
-            status=TaskResultStatus.SUCCESSFUL,
-            enqueued_at=record.enqueued_at,
-            started_at=record.started_at,
-            last_attempted_at=record.started_at,
-            finished_at=kept.finished_at,
-            args=record.call.args,
-            kwargs=record.call.kwargs,
-            backend=record.call.backend,
-            errors=[],
-            worker_ids=record.worker_ids,
+        result = _task_result(
+            self._task(record.call, record.queue, record.priority),
+            record.call,
+            job_id,
+            TaskResultStatus.SUCCESSFUL,
+            record.enqueued_at,
+            started=record.started_at,
+            finished=kept.finished_at,
+            workers=record.worker_ids,
         )
         object.__setattr__(result, "_return_value", record.value)
         return result
+
+
+def _task_result(
+    task: Task[Any, Any],
+    call: TaskCall,
+    job_id: int,
+    status: TaskResultStatus,
+    enqueued_at: datetime,
+    *,
+    started: datetime | None = None,
+    finished: datetime | None = None,
+    errors: Sequence[TaskError] = (),
+    workers: Sequence[str] = (),
+) -> TaskResult[Any, Any]:
+    """Django's result of the task ``call`` that the job ``job_id`` runs.
+    pgqueue keeps one start per job: it is the first attempt's and the last's."""
+    return TaskResult(
+        task=task,
+        id=str(job_id),
+        status=status,
+        enqueued_at=enqueued_at,
+        started_at=started,
+        last_attempted_at=started,
+        finished_at=finished,
+        args=call.args,
+        kwargs=call.kwargs,
+        backend=call.backend,
+        errors=list(errors),
+        worker_ids=list(workers),
+    )
 
 
 def task_error(last_error: str) -> TaskError:
@@ -279,19 +290,14 @@ def run_task(job: Job) -> dict[str, Any]:
     )
     started = timezone.now()
     workers = worker_ids(job.attempts, job.locked_by)
-    result: TaskResult[Any, Any] = TaskResult(
-        task=task,
-        id=str(job.id),
-        status=TaskResultStatus.RUNNING,
-        enqueued_at=job.created_at,
-        started_at=started,
-        last_attempted_at=started,
-        finished_at=None,
-        args=call.args,
-        kwargs=call.kwargs,
-        backend=call.backend,
-        errors=[],
-        worker_ids=list(workers),
+    result = _task_result(
+        task,
+        call,
+        job.id,
+        TaskResultStatus.RUNNING,
+        job.created_at,
+        started=started,
+        workers=workers,
     )
     sender = type(task_backends[call.backend])
     task_started.send(sender=sender, task_result=result)

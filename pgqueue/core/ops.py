@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 from .backoff import Backoff
 from .jobs import Job, JobSpec, JobStatus, Stats
@@ -297,24 +297,9 @@ class QueueCore:
 
     # -- for operators -----------------------------------------------------
 
-    def jobs(
-        self,
-        *,
-        status: JobStatus | str | None = None,
-        kinds: Iterable[str] | None = None,
-        limit: int = 100,
-        after_id: int | None = None,
-        queues: Iterable[str] | None = None,
-    ) -> Operation[list[Job]]:
+    def jobs(self, **page: Unpack[operators.JobPage]) -> Operation[list[Job]]:
         """A page of jobs in id order; `after_id` continues after the last one seen."""
-        return operators.jobs(
-            self.sql.operators,
-            status=status,
-            kinds=kinds,
-            limit=limit,
-            after_id=after_id,
-            queues=queues,
-        )
+        return operators.jobs(self.sql.operators, **page)
 
     def retry_dead(self, *, kinds: Iterable[str] | None = None) -> Operation[int]:
         """Every dead job (of `kinds`) back to pending: `retry` for all of them."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Final
+from typing import Any, Final, TypedDict, Unpack
 
 from psycopg import sql
 
@@ -24,7 +24,7 @@ from ..jobs import (
 from ..plans import Operation, Plan, Query, fetch, first_count
 from .table import FeatureStatements, Table
 
-__all__ = ["OperatorStatements", "get", "jobs", "purge_dead", "retry", "retry_dead"]
+__all__ = ["JobPage", "OperatorStatements", "get", "jobs", "purge_dead", "retry", "retry_dead"]
 
 GET: Final = "SELECT {cols} FROM {table} WHERE id = %s"
 
@@ -124,21 +124,25 @@ def retry(
     return Operation(plan())
 
 
-def jobs(
-    s: OperatorStatements,
-    *,
-    status: JobStatus | str | None,
-    kinds: Iterable[str] | None,
-    limit: int,
-    after_id: int | None,
-    queues: Iterable[str] | None,
-) -> Operation[list[Job]]:
+class JobPage(TypedDict):
+    """What `jobs` lists: the jobs of one ``status``, of ``kinds`` and of
+    ``queues`` (None: any), up to ``limit`` of them after the id ``after_id``."""
+
+    status: JobStatus | str | None
+    kinds: Iterable[str] | None
+    limit: int
+    after_id: int | None
+    queues: Iterable[str] | None
+
+
+def jobs(s: OperatorStatements, **page: Unpack[JobPage]) -> Operation[list[Job]]:
     """A page of jobs in id order; `after_id` continues after the last one seen."""
+    status, after_id = page["status"], page["after_id"]
     params = {
         "status": None if status is None else validate_status(status).value,
-        "kinds": validate_kinds(kinds),
-        "queues": validate_queues(queues),
-        "limit": validate_limit(limit),
+        "kinds": validate_kinds(page["kinds"]),
+        "queues": validate_queues(page["queues"]),
+        "limit": validate_limit(page["limit"]),
         "after_id": None if after_id is None else validate_job_id(after_id, "after_id"),
     }
     return fetch(s.jobs, params, lambda rows: [Job.from_row(r) for r in rows])

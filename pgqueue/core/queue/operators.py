@@ -124,9 +124,10 @@ def retry(
     return Operation(plan())
 
 
-class JobPage(TypedDict):
+class JobPage(TypedDict, total=False):
     """What `jobs` lists: the jobs of one ``status``, of ``kinds`` and of
-    ``queues`` (None: any), up to ``limit`` of them after the id ``after_id``."""
+    ``queues`` (each None, the default: any), up to ``limit`` of them (100)
+    after the id ``after_id`` (None: from the first)."""
 
     status: JobStatus | str | None
     kinds: Iterable[str] | None
@@ -137,12 +138,12 @@ class JobPage(TypedDict):
 
 def jobs(s: OperatorStatements, **page: Unpack[JobPage]) -> Operation[list[Job]]:
     """A page of jobs in id order; `after_id` continues after the last one seen."""
-    status, after_id = page["status"], page["after_id"]
+    status, after_id = page.get("status"), page.get("after_id")
     params = {
         "status": None if status is None else validate_status(status).value,
-        "kinds": validate_kinds(page["kinds"]),
-        "queues": validate_queues(page["queues"]),
-        "limit": validate_limit(page["limit"]),
+        "kinds": validate_kinds(page.get("kinds")),
+        "queues": validate_queues(page.get("queues")),
+        "limit": validate_limit(page.get("limit", 100)),
         "after_id": None if after_id is None else validate_job_id(after_id, "after_id"),
     }
     return fetch(s.jobs, params, lambda rows: [Job.from_row(r) for r in rows])

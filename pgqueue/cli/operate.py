@@ -103,7 +103,7 @@ def limit_option(p: argparse.ArgumentParser) -> None:
 
 
 def run_on_queue(
-    command: Callable[[Queue, argparse.Namespace], int],
+    command: QueueCommand,
     args: argparse.Namespace,
     prepare: Callable[[argparse.Namespace], None] | None = None,
 ) -> int:

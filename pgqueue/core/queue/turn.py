@@ -20,6 +20,7 @@ from psycopg import sql
 from ..heads import NO_HEADS, ClaimHeads
 from ..jobs import Job, JobStatus, validate_claim_bytes, validate_limit
 from ..plans import Operation, Plan, Query
+from ..schema.columns import job_json
 from .claim import ClaimSpec, claim_params, claim_update, in_claim_order, limited_ctes, served_by
 from .leaving import left_free, told
 from .outcomes import (
@@ -48,7 +49,7 @@ claimed AS ({claim})
 SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM done),
        (SELECT coalesce(array_agg(id), '{{}}') FROM failed),
        (SELECT coalesce(array_agg(status), '{{}}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg({claimed_json}), '[]') FROM claimed),
        {told},
        EXISTS (SELECT FROM {slots}),
        {wake},
@@ -131,6 +132,7 @@ def turn_statement(t: Table, spec: TurnSpec) -> bytes:
         told=told(t, *sources) if sources else sql.SQL("0"),
         wake=sql.SQL(WAKE if spec.limited else "NULL::double precision"),
         left_free=left_free(*sources) if sources else sql.SQL("0"),
+        claimed_json=job_json("claimed"),
     )
 
 

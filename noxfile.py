@@ -225,16 +225,13 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def typecheck(session: nox.Session) -> None:
-    """mypy --strict on the package, the unit tests and the behaviour suite."""
+    """mypy --strict on the package and on every test (the browser tests' playwright too)."""
     session.install(
         "-e",
-        ".[test,embedded,prometheus,otel,django,web,fastapi,sqlalchemy,flask]",
+        ".[test,embedded,prometheus,otel,django,web,fastapi,sqlalchemy,flask,browser]",
         "mypy",
         "django-stubs",
         "pytest",  # pgqueue.testing.plugin
     )
     session.run("mypy", "--strict", "pgqueue")
-    session.run(
-        "mypy", "--strict", "tests/unit", "tests/behaviour", "tests/sql_snapshot.py",
-        "tests/test_sql_snapshot.py",
-    )  # fmt: skip
+    session.run("mypy", "--strict", "tests")

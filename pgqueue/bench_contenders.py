@@ -23,9 +23,9 @@ import psycopg
 
 from .aio.queue import AsyncQueue
 from .aio.worker import AsyncWorker
+from .bench_sql import COMMITS, WAL_WRITTEN, SeedStatements
 from .core.jobs import Job
 from .core.ops import QueueCore
-from .core.sql import COMMITS, WAL_WRITTEN, SeedStatements
 from .sync.driver import run_on
 from .sync.queue import Queue
 from .sync.worker import Worker

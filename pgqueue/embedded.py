@@ -52,13 +52,14 @@ class EmbeddedPostgres:
         self.dsn = str(self._server.get_uri())
         if self.settings:
             import psycopg
-
-            from .core.sql import RELOAD_CONF, alter_system
+            from psycopg import sql
 
             with psycopg.connect(self.dsn, autocommit=True) as conn:
                 for name, value in self.settings.items():
-                    conn.execute(alter_system(name, value))
-                conn.execute(RELOAD_CONF)
+                    conn.execute(
+                        sql.SQL("ALTER SYSTEM SET {} = {}").format(sql.Identifier(name), value)
+                    )
+                conn.execute("SELECT pg_reload_conf()")
         return self.dsn
 
     def stop(self) -> None:

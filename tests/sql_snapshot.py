@@ -21,9 +21,10 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+from pgqueue.bench_sql import SeedStatements
 from pgqueue.core.migrations import MIGRATIONS, REQUIRED_COLUMNS, SchemaNames
 from pgqueue.core.plans import Plan, Query
-from pgqueue.core.sql import SeedStatements, Statements
+from pgqueue.core.sql import Statements
 
 __all__ = ["SNAPSHOTS", "render", "snapshot_path"]
 

@@ -25,7 +25,8 @@ MARGIN = 5.0  # seconds beyond what the worker itself needs
 
 
 def block(language: str) -> str:
-    [text] = re.findall(rf"```{language}\n(.*?)```", PAGE.read_text(), flags=re.S)
+    found: list[str] = re.findall(rf"```{language}\n(.*?)```", PAGE.read_text(), flags=re.S)
+    [text] = found
     return text
 
 

@@ -31,7 +31,7 @@ def exported() -> dict[str, set[str]]:
     }
     queue = pgqueue.Queue("postgresql://nobody@127.0.0.1:1/unused")  # never connects
     for family in QueueStatsCollector(queue, registry=None).describe():
-        names[family.name] = set(family._labelnames)  # type: ignore[attr-defined]
+        names[family.name] = set(family._labelnames)
     return names
 
 

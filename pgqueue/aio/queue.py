@@ -21,6 +21,7 @@ from ..core.ops import (
     LimitState,
     QueueCore,
     QueueState,
+    WorkerClaim,
 )
 from ..core.results import JobResult
 from ..core.schedules import Schedule, ScheduleState, Tick
@@ -519,11 +520,17 @@ class AsyncQueue:
         return await self._driver.run(self.core.turns.settle(succeeded, failures, **options))
 
     async def _cycle(
-        self, succeeded: Sequence[int], failures: Sequence[Failure], **options: Any
+        self,
+        succeeded: Sequence[int],
+        failures: Sequence[Failure],
+        claim: WorkerClaim,
+        limit: int,
+        **options: Any,
     ) -> Cycle:
         """Record a worker's outcomes and claim its next batch in one round trip
         (`pgqueue.core.queue.turn.Turns.cycle`, which says what ``options`` are)."""
-        return await self._driver.run(self.core.turns.cycle(succeeded, failures, **options))
+        op = self.core.turns.cycle(succeeded, failures, claim, limit, **options)
+        return await self._driver.run(op)
 
     async def _claim_orphan(
         self,

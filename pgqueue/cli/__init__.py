@@ -65,157 +65,54 @@ Exit status:
 from __future__ import annotations
 
 import argparse
-import os
-import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
-import psycopg
-import psycopg.errors
-from psycopg_pool import PoolTimeout
-
-from .. import __version__
-from .. import bench as pgqueue_bench
-from ..core.migrations import SchemaError
+from . import (
+    app,
+    bench,
+    check,
+    control,
+    cron,
+    dashboard,
+    dead,
+    embedded,
+    enqueue,
+    jobs,
+    queues,
+    schema,
+    upkeep,
+    worker,
+)
 from .argtypes import parse_duration
-from .check import add_check_command
-from .dashboard import add_dashboard_command
-from .embedded import add_embedded_command
-from .errors import OperationFailed, UsageError, one_line
-from .flags import COMMAND_FLAGS, SETTING_FLAGS
-from .flags import add_arguments as add_worker_flags
-from .operate import add_operator_commands
-from .worker import run_worker
+from .errors import OperationFailed, UsageError
 
 __all__ = ["OperationFailed", "UsageError", "build_parser", "main", "parse_duration"]
 
-EXIT_CODES = """\
-exit status:
-  0    done (also when there was nothing to do)
-  1    operational failure: cannot connect, database error, schema newer than
-       this pgqueue, `jobs show` found no such job, `dead retry ID` named a
-       job that is not dead, `enqueue --on-duplicate raise` found its unique
-       key taken, `cron` named no schedule, `cron trigger` found the
-       schedule's job still active (overlap=False), `cancel ID` named a job
-       not in the queue, `result ID` found no job and no result, `check`
-       found jobs this code cannot run, or the worker failed
-  2    bad arguments: usage message on stderr, nothing written
-  130  interrupted
-
-Operator commands take --dsn (default $PGQUEUE_DSN), --table (default
-$PGQUEUE_TABLE, else pgqueue_jobs) and --json after the subcommand.
-DURATION: 90 (seconds), 90s, 15m, 12h, 7d, or combined in that order: 1h30m.
-"""
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``pgqueue`` command; return its exit status."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help(sys.stderr)
-        return 2
-    command: Callable[[argparse.Namespace], int] = args.run
-    try:
-        status = command(args)
-        sys.stdout.flush()  # here, so that a reader gone away is caught below
-        return status
-    except BrokenPipeError:
-        # The reader of stdout stopped reading (`pgqueue jobs list | head -1`):
-        # what the command did is done; say nothing more, and let no flush
-        # at exit raise again.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
-    except UsageError as exc:
-        args.subparser.error(str(exc))  # prints the usage and exits with 2
-        raise AssertionError("unreachable") from exc  # pragma: no cover
-    except KeyboardInterrupt:
-        print(f"{args.subparser.prog}: interrupted", file=sys.stderr)
-        return 130
-    except (OperationFailed, SchemaError) as exc:
-        return failed(args, str(exc))
-    except PoolTimeout as exc:
-        return failed(args, f"cannot connect to the database: {one_line(exc)}")
-    except psycopg.errors.UndefinedTable as exc:
-        return failed(
-            args,
-            f"{server_message(exc)} (is --table right, and has `pgqueue migrate` run for it?)",
-        )
-    except psycopg.Error as exc:
-        return failed(args, f"database error: {server_message(exc)}")
-
-
-def failed(args: argparse.Namespace, message: str) -> int:
-    """Report an operational failure on one line of stderr; exit status 1."""
-    print(f"{args.subparser.prog}: error: {message}", file=sys.stderr)
-    return 1
-
-
-def server_message(exc: psycopg.Error) -> str:
-    """What the server said, without the statement it quotes; else the client's message."""
-    primary = exc.diag.message_primary
-    if not primary:
-        return one_line(exc)
-    hint = exc.diag.message_hint
-    return one_line(f"{primary} (hint: {hint})" if hint else primary)
+# The groups of subcommands, in the order `pgqueue --help` lists them. Each
+# module owns its commands' parsers and what they run, and adds them with
+# `add_commands(commands)` (made with `pgqueue.cli.parsers`).
+GROUPS = (
+    schema,  # migrate, grant
+    enqueue,  # enqueue
+    jobs,  # stats, jobs list|show
+    dead,  # dead list|retry|purge
+    queues,  # queues list|pause|resume
+    upkeep,  # history prune, reap
+    cron,  # cron list|pause|resume|trigger
+    control,  # cancel, result, limits
+    worker,  # worker TARGET
+    bench,  # bench
+    dashboard,  # dashboard
+    embedded,  # embedded start|dsn|stop
+    check,  # check TARGET
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line: every subcommand and its options."""
-    parser = argparse.ArgumentParser(
-        prog="pgqueue",
-        description="A durable job queue inside PostgreSQL.",
-        epilog=EXIT_CODES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--version", action="version", version=f"pgqueue {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    add_operator_commands(commands)
-
-    worker = commands.add_parser(
-        "worker",
-        help="run a pgqueue.Worker or pgqueue.AsyncWorker",
-        description=(
-            "Run the worker named by TARGET until SIGINT or SIGTERM (a first signal stops "
-            "it gracefully, a second interrupts running jobs), or with --until-empty until "
-            "no job is ready or running."
-        ),
-    )
-    worker.add_argument(
-        "target",
-        metavar="TARGET",
-        help="module:attribute naming a pgqueue.Worker or pgqueue.AsyncWorker, "
-        "e.g. myapp.jobs:worker (the current directory is importable)",
-    )
-    worker.add_argument(
-        "--dsn",
-        default=os.environ.get("PGQUEUE_DSN") or None,
-        help="connect to this server instead of the one the worker's queue names "
-        "(default: $PGQUEUE_DSN if set); the table stays the worker's",
-    )
-    # Every flag that `flask pgqueue worker` and `manage.py pgqueue_worker` take too.
-    add_worker_flags(worker, SETTING_FLAGS)
-    worker.add_argument(
-        "--trio", action="store_true", help="run an AsyncWorker on trio instead of asyncio"
-    )
-    add_worker_flags(worker, COMMAND_FLAGS)
-    worker.set_defaults(run=run_worker, subparser=worker)
-
-    bench = commands.add_parser(
-        "bench",
-        help="measure enqueue and drain throughput beside the seed design",
-        description=pgqueue_bench.__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    pgqueue_bench.add_arguments(bench)
-    bench.set_defaults(run=run_bench, subparser=bench)
-    add_dashboard_command(commands)
-    add_embedded_command(commands)
-    add_check_command(commands)
-    return parser
+    return app.build_parser(GROUPS)
 
 
-def run_bench(args: argparse.Namespace) -> int:
-    """``pgqueue bench``."""
-    if min(args.jobs, args.repeat, args.concurrency, args.batch_size) < 1:
-        raise UsageError("--jobs, --repeat, --concurrency and --batch-size must be at least 1")
-    return pgqueue_bench.run(args)
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``pgqueue`` command; return its exit status."""
+    return app.main(build_parser(), argv)

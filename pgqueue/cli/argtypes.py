@@ -4,23 +4,40 @@ from __future__ import annotations
 
 import argparse
 import re
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from ..core.jobs import (
     MAX_PRIORITY,
     MIN_PRIORITY,
     validate_kind,
+    validate_limit_key,
     validate_queue,
     validate_table_name,
 )
 from ..core.migrations import validate_role
+from ..core.schedules import validate_schedule_name
+
+
+def _checked(validate: Callable[[str], object], text: str) -> str:
+    """``text``, if ``validate`` takes it; else why not, as argparse reports it."""
+    try:
+        validate(text)
+    except (TypeError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _int(text: str, what: str = "an integer") -> int:
+    """``text`` as an integer; else, as argparse reports it, that it is not ``what``."""
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not {what}: {text!r}") from None
 
 
 def _integer(text: str, minimum: int) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    value = _int(text)
     if value < minimum:
         raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
     return value
@@ -54,10 +71,7 @@ def kind_list(text: str) -> list[str]:
 
 def queue_name(text: str) -> str:
     """An argparse type: a queue's name, checked as `enqueue` checks it."""
-    try:
-        return validate_queue(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+    return _checked(validate_queue, text)
 
 
 def queue_list(text: str) -> list[str]:
@@ -70,10 +84,7 @@ def queue_list(text: str) -> list[str]:
 
 def priority(text: str) -> int:
     """An argparse type: a job's priority, an integer from -100 to 100."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    value = _int(text)
     if not MIN_PRIORITY <= value <= MAX_PRIORITY:
         raise argparse.ArgumentTypeError(
             f"must be from {MIN_PRIORITY} to {MAX_PRIORITY} (larger runs first), got {value}"
@@ -117,10 +128,7 @@ def positive_duration(text: str) -> timedelta:
 
 def job_id(text: str) -> int:
     """An argparse type: a job id (a positive bigint)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a job id: {text!r}") from None
+    value = _int(text, "a job id")
     if not 1 <= value <= 2**63 - 1:
         raise argparse.ArgumentTypeError(f"not a job id: {text!r}")
     return value
@@ -128,27 +136,27 @@ def job_id(text: str) -> int:
 
 def table_name(text: str) -> str:
     """An argparse type: a safe table name, ``name`` or ``schema.name``."""
-    try:
-        validate_table_name(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return text
+    return _checked(validate_table_name, text)
 
 
 def role_name(text: str) -> str:
     """An argparse type: a role to grant to, checked as `Queue.grant` checks it."""
-    try:
-        return validate_role(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+    return _checked(validate_role, text)
 
 
 def kind_name(text: str) -> str:
     """An argparse type: a job kind, checked as `enqueue` checks it."""
-    try:
-        return validate_kind(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+    return _checked(validate_kind, text)
+
+
+def limit_key(text: str) -> str:
+    """An argparse type: a limit key."""
+    return _checked(validate_limit_key, text)
+
+
+def schedule_name(text: str) -> str:
+    """An argparse type: a schedule's name."""
+    return _checked(validate_schedule_name, text)
 
 
 def worker_name(text: str) -> str:

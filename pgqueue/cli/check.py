@@ -23,22 +23,23 @@ from .argtypes import positive_int
 from .errors import UsageError
 from .operate import check_connection
 from .output import emit, first_line, table_text
+from .parsers import leaf
 from .worker import import_target
 
-__all__ = ["add_check_command", "run_check"]
+__all__ = ["add_commands", "run_check"]
 
 
-def add_check_command(commands: Any) -> None:
-    """Add ``pgqueue check`` to the subcommands."""
-    parser = commands.add_parser(
+def add_commands(commands: Any) -> None:
+    """``check``."""
+    parser = leaf(
+        commands,
         "check",
-        help="report jobs in the table that this code cannot run (a deploy step)",
-        description=(
-            "Read the pending, waiting and dead jobs of TARGET's table in pages (each "
-            "under a statement timeout; no lock a writer waits for) and report each job "
-            "whose kind has no handler, or whose payload no longer binds to its task's "
-            "signature, grouped by kind. Exit status 1 when there is any."
-        ),
+        run_check,
+        "report jobs in the table that this code cannot run (a deploy step)",
+        "Read the pending, waiting and dead jobs of TARGET's table in pages (each "
+        "under a statement timeout; no lock a writer waits for) and report each job "
+        "whose kind has no handler, or whose payload no longer binds to its task's "
+        "signature, grouped by kind. Exit status 1 when there is any.",
     )
     parser.add_argument(
         "target",
@@ -62,7 +63,6 @@ def add_check_command(commands: Any) -> None:
         metavar="MS",
         help="the longest a page's read may take, in milliseconds (default: 5000)",
     )
-    parser.set_defaults(run=run_check, subparser=parser)
 
 
 def handlers_of(target: Any, spec: str) -> tuple[Queue | AsyncQueue, dict[str, Callable[..., Any]]]:

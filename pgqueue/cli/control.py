@@ -17,25 +17,22 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
-from datetime import datetime
 from typing import Any
 
-from ..core.jobs import validate_limit_key
 from ..core.ops import LimitState
 from ..core.results import JobResult
 from ..sync.queue import Queue
-from .argtypes import job_id, non_negative_int
+from .argtypes import job_id, limit_key, non_negative_int
 from .errors import OperationFailed, UsageError
-from .output import emit, format_time, indent, plural, table_text
+from .operate import queue_command
+from .output import emit, format_time, indent, plural, record_json, table_text
 
-__all__ = ["add_control_commands", "limit_key"]
-
-Leaf = Callable[..., argparse.ArgumentParser]
+__all__ = ["add_commands"]
 
 
-def add_control_commands(commands: Any, leaf: Leaf) -> None:
-    """``cancel``, ``result`` and ``limits``, each made by the operator's ``leaf``."""
-    cancel = leaf(
+def add_commands(commands: Any) -> None:
+    """``cancel``, ``result`` and ``limits``."""
+    cancel = queue_command(
         commands,
         "cancel",
         cmd_cancel,
@@ -47,7 +44,7 @@ def add_control_commands(commands: Any, leaf: Leaf) -> None:
     )
     cancel.add_argument("ids", type=job_id, nargs="+", metavar="ID")
 
-    result = leaf(
+    result = queue_command(
         commands,
         "result",
         cmd_result,
@@ -59,7 +56,7 @@ def add_control_commands(commands: Any, leaf: Leaf) -> None:
     )
     result.add_argument("id", type=job_id, metavar="ID")
 
-    limits = leaf(
+    limits = queue_command(
         commands,
         "limits",
         cmd_limits,
@@ -88,14 +85,6 @@ def add_control_commands(commands: Any, leaf: Leaf) -> None:
         metavar="N",
         help="with rate: how many may start at once after a pause (default: a second's worth)",
     )
-
-
-def limit_key(text: str) -> str:
-    """An argparse type: a limit key."""
-    try:
-        return validate_limit_key(text)
-    except (TypeError, ValueError) as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 # -- cancel -----------------------------------------------------------------------
@@ -156,18 +145,8 @@ def cmd_result(queue: Queue, args: argparse.Namespace) -> int:
 
 def result_json(result: JobResult) -> dict[str, Any]:
     """A `JobResult` as ``result --json`` prints it."""
-
-    def iso(value: datetime | None) -> str | None:
-        return None if value is None else value.isoformat()
-
-    return {
-        "id": result.job_id,
-        "outcome": result.outcome,
-        "finished": result.finished,
-        "value": result.value,
-        "error": result.error,
-        "finished_at": iso(result.finished_at),
-    }
+    fields = ("outcome", "finished", "value", "error", "finished_at")
+    return {"id": result.job_id, **record_json(result, *fields)}
 
 
 def result_text(result: JobResult) -> str:
@@ -260,16 +239,8 @@ def rate_text(state: LimitState, before: str = "") -> str:
 
 def limit_json(state: LimitState) -> dict[str, Any]:
     """A `LimitState` as ``limits --json`` prints it."""
-    return {
-        "key": state.key,
-        "max_running": state.max_running,
-        "set": state.set,
-        "running": state.running,
-        "waiting": state.waiting,
-        "per_second": state.per_second,
-        "burst": state.burst,
-        "tokens": state.tokens,
-    }
+    fields = ("key", "max_running", "set", "running", "waiting", "per_second", "burst", "tokens")
+    return record_json(state, *fields)
 
 
 def limits_text(states: Sequence[LimitState]) -> str:

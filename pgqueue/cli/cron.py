@@ -15,70 +15,49 @@ running (nothing is enqueued then).
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
-from datetime import datetime
 from typing import Any
 
 from ..core.jobs import DuplicateJob
-from ..core.schedules import ScheduleState, UnknownSchedule, validate_schedule_name
+from ..core.schedules import ScheduleState, UnknownSchedule
 from ..sync.queue import Queue
+from .argtypes import schedule_name
 from .errors import OperationFailed
-from .output import emit, format_duration, format_time, table_text
+from .operate import queue_command
+from .output import emit, format_duration, format_time, record_json, table_text
+from .parsers import group
 
-__all__ = ["add_cron_commands"]
-
-Leaf = Callable[..., argparse.ArgumentParser]
-
-
-def add_cron_commands(group: Any, leaf: Leaf) -> None:
-    """``cron list|pause|resume|trigger`` under ``group``, each made by the operator's ``leaf``."""
-    leaf(
-        group,
-        "list",
-        cmd_cron_list,
-        "list schedules: their definition, last and next tick, paused or not",
-        "List every schedule a worker registered, by name: what it enqueues and when (cron "
-        "in its time zone, or every DURATION), its last tick and the job of it, its next "
-        "tick by the database's clock, and whether it is paused.",
-    )
-    named = [
-        leaf(
-            group,
-            "pause",
-            cmd_cron_pause,
-            "pause a schedule: its ticks enqueue nothing until it is resumed",
-            "Pause a schedule: its ticks pass without a job until `pgqueue cron resume`. "
-            "The pause holds for every worker and across restarts; jobs enqueued already "
-            "stay.",
-        ),
-        leaf(
-            group,
-            "resume",
-            cmd_cron_resume,
-            "resume a paused schedule from its next tick",
-            "Resume a paused schedule. It goes on from its next tick: the ticks it missed "
-            "while paused are not made up for.",
-        ),
-        leaf(
-            group,
-            "trigger",
-            cmd_cron_trigger,
-            "enqueue a schedule's job now (not a tick)",
-            "Enqueue the job a schedule's ticks enqueue, now, and print its id. The "
-            "schedule's ticks go on as before. A schedule with overlap=False whose previous "
-            "job is still pending or running gets no second one: exit 1.",
-        ),
-    ]
-    for p in named:
-        p.add_argument("name", type=schedule_name, metavar="NAME", help="the schedule's name")
+__all__ = ["add_commands"]
 
 
-def schedule_name(text: str) -> str:
-    """An argparse type: a schedule's name."""
-    try:
-        return validate_schedule_name(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+def add_commands(commands: Any) -> None:
+    """``cron list|pause|resume|trigger``."""
+    cron = group(commands, "cron", "list, pause, resume and trigger schedules")
+    # Alike but for NAME, which all but list take: (name, run, help, description).
+    leaves = (
+        ("list", cmd_cron_list,
+         "list schedules: their definition, last and next tick, paused or not",
+         "List every schedule a worker registered, by name: what it enqueues and when (cron "
+         "in its time zone, or every DURATION), its last tick and the job of it, its next "
+         "tick by the database's clock, and whether it is paused."),
+        ("pause", cmd_cron_pause,
+         "pause a schedule: its ticks enqueue nothing until it is resumed",
+         "Pause a schedule: its ticks pass without a job until `pgqueue cron resume`. "
+         "The pause holds for every worker and across restarts; jobs enqueued already "
+         "stay."),
+        ("resume", cmd_cron_resume,
+         "resume a paused schedule from its next tick",
+         "Resume a paused schedule. It goes on from its next tick: the ticks it missed "
+         "while paused are not made up for."),
+        ("trigger", cmd_cron_trigger,
+         "enqueue a schedule's job now (not a tick)",
+         "Enqueue the job a schedule's ticks enqueue, now, and print its id. The "
+         "schedule's ticks go on as before. A schedule with overlap=False whose previous "
+         "job is still pending or running gets no second one: exit 1."),
+    )  # fmt: skip
+    for name, run, help, description in leaves:
+        p = queue_command(cron, name, run, help, description)
+        if name != "list":
+            p.add_argument("name", type=schedule_name, metavar="NAME", help="the schedule's name")
 
 
 def cmd_cron_list(queue: Queue, args: argparse.Namespace) -> int:
@@ -106,26 +85,10 @@ def when(state: ScheduleState) -> str:
 
 def schedule_json(state: ScheduleState) -> dict[str, Any]:
     """A schedule as ``cron list --json`` prints it; times in ISO 8601."""
-
-    def iso(value: datetime | None) -> str | None:
-        return None if value is None else value.isoformat()
-
-    return {
-        "name": state.name,
-        "kind": state.kind,
-        "cron": state.cron,
-        "every_seconds": None if state.every is None else state.every.total_seconds(),
-        "tz": state.tz,
-        "payload": state.payload,
-        "queue": state.queue,
-        "priority": state.priority,
-        "overlap": state.overlap,
-        "paused": state.paused,
-        "last_tick": iso(state.last_tick),
-        "last_job_id": state.last_job_id,
-        "next_tick": iso(state.next_tick),
-        "updated_at": iso(state.updated_at),
-    }
+    return record_json(
+        state, "name", "kind", "cron", "every_seconds", "tz", "payload", "queue", "priority",
+        "overlap", "paused", "last_tick", "last_job_id", "next_tick", "updated_at",
+    )  # fmt: skip
 
 
 def _set_paused(queue: Queue, args: argparse.Namespace, paused: bool) -> int:

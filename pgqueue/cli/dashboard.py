@@ -12,24 +12,25 @@ from typing import Any
 
 from .argtypes import port
 from .errors import UsageError
+from .parsers import leaf
 
-__all__ = ["add_dashboard_command", "run_dashboard"]
+__all__ = ["add_commands", "run_dashboard"]
 
 log = logging.getLogger("pgqueue.web")
 
 
-def add_dashboard_command(commands: Any) -> None:
-    """Add ``pgqueue dashboard`` to the subcommands."""
-    parser = commands.add_parser(
+def add_commands(commands: Any) -> None:
+    """``dashboard``."""
+    parser = leaf(
+        commands,
         "dashboard",
-        help="serve the web dashboard (needs the web extra)",
-        description=(
-            "Serve the web dashboard of a queue table. Without --dsn (or $PGQUEUE_DSN) it "
-            "starts an embedded PostgreSQL and installs the table there. It prints a URL "
-            "that logs one browser in, once (a session cookie follows); scripts send "
-            "'Authorization: Bearer TOKEN'. Without a token or basic auth it makes up a "
-            "token. Give secrets in the environment or a file, never on the command line."
-        ),
+        run_dashboard,
+        "serve the web dashboard (needs the web extra)",
+        "Serve the web dashboard of a queue table. Without --dsn (or $PGQUEUE_DSN) it "
+        "starts an embedded PostgreSQL and installs the table there. It prints a URL "
+        "that logs one browser in, once (a session cookie follows); scripts send "
+        "'Authorization: Bearer TOKEN'. Without a token or basic auth it makes up a "
+        "token. Give secrets in the environment or a file, never on the command line.",
     )
     parser.add_argument(
         "--dsn",
@@ -85,7 +86,6 @@ def add_dashboard_command(commands: Any) -> None:
         metavar="SECONDS",
         help="pages refresh this often while visible (default: 2; 0: never)",
     )
-    parser.set_defaults(run=run_dashboard, subparser=parser)
 
 
 def read_secret(given: str | None, path: str | None, variable: str, flag: str) -> str | None:

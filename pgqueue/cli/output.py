@@ -7,6 +7,7 @@ import json
 import sys
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
+from enum import Enum
 from typing import Any
 
 from ..core.jobs import ROW_STATUSES, Job, JobStatus, Stats
@@ -56,6 +57,11 @@ def table_text(
     return "\n".join(lines)
 
 
+def iso(value: datetime | None) -> str | None:
+    """A time as ``--json`` prints it: ISO 8601, with its offset."""
+    return None if value is None else value.isoformat()
+
+
 def first_line(text: str | None, width: int = 60) -> str:
     """The first line of a text, cut to ``width``; ``-`` for none."""
     if not text:
@@ -64,31 +70,32 @@ def first_line(text: str | None, width: int = 60) -> str:
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
+def record_json(record: object, *names: str) -> dict[str, Any]:
+    """The attributes of ``record`` named, in that order, as ``--json`` prints
+    them: an enum as its value, a time in ISO 8601; ``X_seconds`` is the
+    duration ``X`` in seconds."""
+    document: dict[str, Any] = {}
+    for name in names:
+        if name.endswith("_seconds"):
+            duration: timedelta | None = getattr(record, name.removesuffix("_seconds"))
+            document[name] = None if duration is None else duration.total_seconds()
+            continue
+        value = getattr(record, name)
+        if isinstance(value, datetime):
+            value = iso(value)
+        elif isinstance(value, Enum):
+            value = value.value
+        document[name] = value
+    return document
+
+
 def job_json(job: Job) -> dict[str, Any]:
     """A job as ``--json`` prints it: every column, times in ISO 8601."""
-
-    def iso(value: datetime | None) -> str | None:
-        return None if value is None else value.isoformat()
-
-    return {
-        "id": job.id,
-        "kind": job.kind,
-        "status": job.status.value,
-        "attempts": job.attempts,
-        "max_attempts": job.max_attempts,
-        "run_at": iso(job.run_at),
-        "locked_by": job.locked_by,
-        "locked_at": iso(job.locked_at),
-        "last_error": job.last_error,
-        "created_at": iso(job.created_at),
-        "queue": job.queue,
-        "priority": job.priority,
-        "unique_key": job.unique_key,
-        "limit_key": job.limit_key,
-        "result_ttl_seconds": None if job.result_ttl is None else job.result_ttl.total_seconds(),
-        "cancel_requested": job.cancel_requested,
-        "payload": job.payload,
-    }
+    return record_json(
+        job, "id", "kind", "status", "attempts", "max_attempts", "run_at", "locked_by",
+        "locked_at", "last_error", "created_at", "queue", "priority", "unique_key", "limit_key",
+        "result_ttl_seconds", "cancel_requested", "payload",
+    )  # fmt: skip
 
 
 def jobs_text(jobs: list[Job], *, dead: bool = False) -> str:

@@ -312,29 +312,31 @@ def forget_metrics_of(pid: int | None) -> None:
 # -- in the child ------------------------------------------------------------------
 
 
+class _SharedTime:
+    """A time (`time.monotonic`) that a child writes and its supervisor reads:
+    an attribute of `SharedStamps` kept in the ``c_double`` of the same name
+    with a leading underscore."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.slot = "_" + name
+
+    def __get__(self, stamps: object, owner: type | None = None) -> float:
+        return float(getattr(stamps, self.slot).value)
+
+    def __set__(self, stamps: object, value: float) -> None:
+        getattr(stamps, self.slot).value = value
+
+
 class SharedStamps:
     """A child's `pgqueue.core.health.HealthStamps`, in memory its supervisor reads."""
 
+    turned_at = _SharedTime()
+    reached_at = _SharedTime()
+
     def __init__(self, turned: c_double, reached: c_double) -> None:
         self.started_at = time.monotonic()
-        self._turned = turned
-        self._reached = reached
-
-    @property
-    def turned_at(self) -> float:
-        return float(self._turned.value)
-
-    @turned_at.setter
-    def turned_at(self, value: float) -> None:
-        self._turned.value = value
-
-    @property
-    def reached_at(self) -> float:
-        return float(self._reached.value)
-
-    @reached_at.setter
-    def reached_at(self, value: float) -> None:
-        self._reached.value = value
+        self._turned_at = turned
+        self._reached_at = reached
 
 
 def child_main(spec: ChildSpec, jobs: c_longlong, health: SharedStamps) -> None:

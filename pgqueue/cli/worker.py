@@ -17,7 +17,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import psycopg.errors
@@ -28,7 +28,15 @@ from ..core.health import HealthReport, assess
 from ..sync.queue import Queue
 from ..sync.worker import Worker
 from .errors import UsageError, not_migrated
-from .flags import LOG_LEVELS, WORKER_SETTINGS, CommandFlags
+from .flags import (
+    COMMAND_FLAGS,
+    LOG_LEVELS,
+    SETTING_FLAGS,
+    WORKER_SETTINGS,
+    CommandFlags,
+    add_arguments,
+)
+from .parsers import leaf
 from .probes import HttpOptions, WSGIApp, serve_endpoints
 
 # The name docs/observability.md gives the command's logger, whichever module logs.
@@ -46,12 +54,44 @@ __all__ = [
     "LOG_LEVELS",
     "WORKER_SETTINGS",
     "WorkerFactory",
+    "add_commands",
     "load_worker",
     "run_worker",
     "run_worker_command",
     "serve",
     "with_overrides",
 ]
+
+
+def add_commands(commands: Any) -> None:
+    """``worker TARGET``, with a flag for each of the worker's settings."""
+    worker = leaf(
+        commands,
+        "worker",
+        run_worker,
+        "run a pgqueue.Worker or pgqueue.AsyncWorker",
+        "Run the worker named by TARGET until SIGINT or SIGTERM (a first signal stops "
+        "it gracefully, a second interrupts running jobs), or with --until-empty until "
+        "no job is ready or running.",
+    )
+    worker.add_argument(
+        "target",
+        metavar="TARGET",
+        help="module:attribute naming a pgqueue.Worker or pgqueue.AsyncWorker, "
+        "e.g. myapp.jobs:worker (the current directory is importable)",
+    )
+    worker.add_argument(
+        "--dsn",
+        default=os.environ.get("PGQUEUE_DSN") or None,
+        help="connect to this server instead of the one the worker's queue names "
+        "(default: $PGQUEUE_DSN if set); the table stays the worker's",
+    )
+    # Every flag that `flask pgqueue worker` and `manage.py pgqueue_worker` take too.
+    add_arguments(worker, SETTING_FLAGS)
+    worker.add_argument(
+        "--trio", action="store_true", help="run an AsyncWorker on trio instead of asyncio"
+    )
+    add_arguments(worker, COMMAND_FLAGS)
 
 
 def run_worker(args: argparse.Namespace) -> int:
@@ -363,20 +403,27 @@ def with_overrides(
         fn = target.handlers.get(kind)
         assert fn is not None
         handlers[kind] = fn
-    # The same classes, so that a subclass keeps what it overrides.
+    on = dsn if new_dsn else None
     if isinstance(target, Worker):
-        assert isinstance(queue, Queue)
-        if dsn is not None and new_dsn:
-            queue = type(queue)(dsn, **queue.core.options())
-        copy = type(target)(queue, handlers, handle_signals=True, **settings)
-        copy.carry_over(target)
-        return copy
-    assert isinstance(queue, AsyncQueue)
-    if dsn is not None and new_dsn:
+        return _copy(target, on, handlers, settings)
+    return _copy(target, on, handlers, settings)
+
+
+W = TypeVar("W", Worker, AsyncWorker)
+
+
+def _copy(
+    target: W, dsn: str | None, handlers: dict[str, Callable[..., Any]], settings: dict[str, Any]
+) -> W:
+    """A copy of ``target`` with these handlers and settings, on a queue of
+    the same table on ``dsn`` (None: the same queue). The same classes, so
+    that a subclass keeps what it overrides."""
+    queue = target.queue
+    if dsn is not None:
         queue = type(queue)(dsn, **queue.core.options())
-    acopy = type(target)(queue, handlers, handle_signals=True, **settings)
-    acopy.carry_over(target)
-    return acopy
+    copy = type(target)(queue, handlers, handle_signals=True, **settings)
+    copy.carry_over(target)
+    return copy
 
 
 def _conninfo(queue: Queue | AsyncQueue) -> str | None:

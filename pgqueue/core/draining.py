@@ -34,7 +34,7 @@ from .jobs import (
     validate_queue,
     validate_queues,
 )
-from .ops import Cycle, Failure, QueueCore
+from .ops import Cycle, Failure, QueueCore, WorkerClaim
 from .plans import Operation, fetch
 from .queue.table import Table
 from .results import encode_result
@@ -227,6 +227,7 @@ class Drain:
         self.queues = validate_queues(queues)
         self.with_scheduled = with_scheduled
         self.worker = f"pgqueue.testing:{uuid.uuid4().hex[:8]}"
+        self.claim = WorkerClaim.of(self.worker, queues=self.queues)
         self.max_runs = validate_limit(max_runs, "max_runs")
         self.drained = Drained()
         # Whether the last turn recorded no outcome (and so saw every ready job).
@@ -239,9 +240,8 @@ class Drain:
     def turn(self) -> Operation[Cycle]:
         """Record the last run's outcome and claim the next ready job."""
         return self.core.turns.cycle(
-            self._succeeded, self._failures, worker=self.worker, limit=1,
-            queues=self.queues, results=self._results,
-        )  # fmt: skip
+            self._succeeded, self._failures, self.claim, 1, results=self._results
+        )
 
     def took(self, cycle: Cycle) -> Job | None:
         """Note what a turn recorded; the job it claimed, or None."""

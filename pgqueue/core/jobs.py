@@ -141,30 +141,17 @@ class Job:
         return self.last_error is not None and self.last_error.startswith(LEASE_EXPIRED)
 
     @classmethod
-    def from_json(cls, row: dict[str, Any]) -> Job:
-        """Build a job from a row as PostgreSQL's ``json_agg`` renders it."""
-        locked_at = row["locked_at"]
+    def from_json(cls, v: list[Any]) -> Job:
+        """Build a job from `JOB_COLUMNS` as one JSON array (`job_json`): its
+        timestamps ISO text. An array, not an object: a worker reads a batch
+        of them per turn, and an array of values parses in a third of the
+        time of objects that repeat every column's name."""
+        locked_at = v[9]
         return cls(
-            id=row["id"],
-            kind=row["kind"],
-            payload=row["payload"],
-            attempts=row["attempts"],
-            max_attempts=row["max_attempts"],
-            status=_STATUSES[row["status"]],
-            run_at=datetime.fromisoformat(row["run_at"]),
-            last_error=row["last_error"],
-            locked_by=row["locked_by"],
-            locked_at=None if locked_at is None else datetime.fromisoformat(locked_at),
-            created_at=datetime.fromisoformat(row["created_at"]),
-            queue=row["queue"],
-            priority=row["priority"],
-            unique_key=row["unique_key"],
-            result_ttl=_seconds(row["result_ttl"]),
-            limit_key=row["limit_key"],
-            cancel_requested=row["cancel_requested"],
-            trace_context=row["trace_context"],
-            parents=_parents(row.get("parents")),
-        )
+            v[0], v[1], v[2], v[3], v[4], _STATUSES[v[5]], _iso(v[6]), v[7], v[8],
+            None if locked_at is None else _iso(locked_at), _iso(v[10]), v[11], v[12], v[13],
+            _seconds(v[14]), v[15], v[16], v[17], _parents(v[18]),
+        )  # fmt: skip
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> Job:
@@ -193,6 +180,9 @@ class Job:
             trace_context=trace_context,
             parents=_parents(parents),
         )
+
+
+_iso = datetime.fromisoformat
 
 
 def _parents(value: dict[str, Any] | None) -> dict[int, Any] | None:

@@ -45,7 +45,7 @@ from .queue.inspect import QueueState
 from .queue.limits import LimitState
 from .queue.maintenance import Heartbeat
 from .queue.outcomes import Cancelled, Failure
-from .queue.turn import Cycle, Turns
+from .queue.turn import Cycle, Turns, WorkerClaim
 from .results import JobResult
 from .schedules import (
     Schedule,
@@ -72,6 +72,7 @@ __all__ = [
     "Query",
     "Rows",
     "Step",
+    "WorkerClaim",
     "drive",
     "needs_transaction",
 ]

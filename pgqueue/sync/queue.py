@@ -20,6 +20,7 @@ from ..core.ops import (
     LimitState,
     QueueCore,
     QueueState,
+    WorkerClaim,
 )
 from ..core.results import JobResult
 from ..core.schedules import Schedule, ScheduleState, Tick
@@ -512,11 +513,17 @@ class Queue:
         return self._driver.run(self.core.turns.settle(succeeded, failures, **options))
 
     def _cycle(
-        self, succeeded: Sequence[int], failures: Sequence[Failure], **options: Any
+        self,
+        succeeded: Sequence[int],
+        failures: Sequence[Failure],
+        claim: WorkerClaim,
+        limit: int,
+        **options: Any,
     ) -> Cycle:
         """Record a worker's outcomes and claim its next batch in one round trip
         (`pgqueue.core.queue.turn.Turns.cycle`, which says what ``options`` are)."""
-        return self._driver.run(self.core.turns.cycle(succeeded, failures, **options))
+        op = self.core.turns.cycle(succeeded, failures, claim, limit, **options)
+        return self._driver.run(op)
 
     def _claim_orphan(
         self,

@@ -17,7 +17,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from pgqueue.core.ops import QueueCore
+from pgqueue.core.ops import QueueCore, WorkerClaim
 from pgqueue.core.plans import Query
 from pgqueue.sync.driver import run_on
 
@@ -86,7 +86,7 @@ def test_statements_that_find_running_jobs_by_id_read_the_primary_key(
         running = Raw(conn, big_table).rows("SELECT id FROM {table} WHERE status = 'running'")
         ids = [r[0] for r in running[:100]]
         for operation in (
-            core.turns.cycle(ids, [], worker="live-worker", limit=100),
+            core.turns.cycle(ids, [], WorkerClaim.of("live-worker"), 100),
             core.complete(ids),
             core.heartbeat(ids, worker="live-worker"),
         ):

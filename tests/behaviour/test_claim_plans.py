@@ -38,7 +38,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from pgqueue.core.ops import QueueCore
+from pgqueue.core.ops import QueueCore, WorkerClaim
 from pgqueue.core.plans import Query
 from pgqueue.sync.driver import run_on
 
@@ -198,7 +198,7 @@ def tables(dsn: str) -> Iterator[Tables]:
 def operation(core: QueueCore, statement: str, claim: dict[str, Any]) -> Any:
     if statement == "claim":
         return core.claim(BATCH, worker="plans", **claim)
-    return core.turns.cycle([], [], worker="plans", limit=BATCH, **claim)
+    return core.turns.cycle([], [], WorkerClaim.of("plans", **claim), BATCH)
 
 
 def buffers(conn: psycopg.Connection[Any], core: QueueCore, statement: str, shape: Shape) -> int:

@@ -13,10 +13,11 @@ from psycopg.conninfo import make_conninfo
 
 import pgqueue
 from pgqueue import JobSpec, JobStatus
+from pgqueue.bench_sql import SeedStatements
 from pgqueue.core import migrations
 from pgqueue.core.migrations import AUTOVACUUM_SETTINGS, FILLFACTOR, LATEST_VERSION, MIGRATIONS
 from pgqueue.core.ops import QueueCore
-from pgqueue.core.sql import UNIQUE_PREDICATES, SeedStatements
+from pgqueue.core.sql import UNIQUE_PREDICATES
 from pgqueue.sync.driver import run_on
 
 from ..backends import WorkerUnderTest, open_queue

@@ -24,6 +24,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 import pgqueue
+from pgqueue.core.ops import WorkerClaim
 
 from ..backends import SyncAsAsync, WorkerUnderTest, open_queue
 from .test_worker import PATIENCE, listener_pids, wait_for, wait_until
@@ -175,10 +176,10 @@ async def test_a_claim_stops_at_the_job_that_takes_it_past_claim_bytes(queue: An
     small = "a" * 1000  # stored as is: about 1 KB each
     large = "b" * 100_000  # compressed when stored; counted by its size as text
     await queue.enqueue_many([("small", {"s": small}) for _ in range(10)])
-    turn = await queue._cycle([], [], worker="w", limit=10, claim_bytes=3000)
+    turn = await queue._cycle([], [], WorkerClaim.of("w", claim_bytes=3000), 10)
     # 0, ~1 KB and ~2 KB come before the first three: under 3,000 bytes.
     assert len(turn.claimed) == 3
-    turn = await queue._cycle([], [], worker="w", limit=10, claim_bytes=1)
+    turn = await queue._cycle([], [], WorkerClaim.of("w", claim_bytes=1), 10)
     assert len(turn.claimed) == 1  # the first job always comes
     await queue.enqueue_many(
         [
@@ -189,14 +190,14 @@ async def test_a_claim_stops_at_the_job_that_takes_it_past_claim_bytes(queue: An
             for _ in range(3)
         ]
     )
-    turn = await queue._cycle([], [], worker="w", limit=10, claim_bytes=150_000, kinds=["large"])
+    turn = await queue._cycle([], [], WorkerClaim.of("w", kinds=["large"], claim_bytes=150_000), 10)
     assert [j.kind for j in turn.claimed] == ["large", "large"]
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True])
 async def test_claim_bytes_must_be_a_positive_int(queue: Any, bad: Any) -> None:
     with pytest.raises((TypeError, ValueError), match="claim_bytes"):
-        await queue._cycle([], [], worker="w", limit=10, claim_bytes=bad)
+        await queue._cycle([], [], WorkerClaim.of("w", claim_bytes=bad), 10)
     with pytest.raises((TypeError, ValueError), match="claim_bytes"):
         pgqueue.AsyncWorker(queue, claim_bytes=bad)
 

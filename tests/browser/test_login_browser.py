@@ -47,7 +47,7 @@ def other_port() -> Iterator[tuple[Serving, list[str]]]:
     """Another server on the host, that records the Cookie header of every request."""
     seen: list[str] = []
 
-    @WRequest.application  # type: ignore[misc]
+    @WRequest.application
     def spy(request: WRequest) -> WResponse:
         seen.append(request.headers.get("cookie", ""))
         return WResponse("<!doctype html><title>other</title><p>another server</p>",

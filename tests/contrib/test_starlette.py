@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import signal
 import threading
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import anyio
 import pytest
@@ -30,7 +30,7 @@ QueueDep = Annotated[pgqueue.AsyncQueue, Depends(get_queue)]
 
 @pytest.mark.parametrize("loop", LOOPS)
 def test_app_enqueues_through_the_dependency_and_its_lifespan_worker_runs_the_job(
-    dsn: str, table: str, raw: Raw, loop: str
+    dsn: str, table: str, raw: Raw, loop: Literal["asyncio", "trio"]
 ) -> None:
     queue = pgqueue.AsyncQueue(dsn, table=table)
     worker = pgqueue.AsyncWorker(queue, concurrency=2)

@@ -237,9 +237,14 @@ def test_operator_commands_take_transaction_pooling(
     common = ["--dsn", bouncer, "--table", table, "--transaction-pooling"]
     # The flag reaches the queue the command runs on (and its absence too).
     seen: list[bool] = []
+
+    def record(q: pgqueue.Queue, _: Any) -> int:
+        seen.append(q.core.transaction_pooling)
+        return 0
+
     for given in (common, common[:-1]):
         args = build_parser().parse_args(["stats", *given])
-        assert run_on_queue(lambda q, _: seen.append(q.core.transaction_pooling) or 0, args) == 0
+        assert run_on_queue(record, args) == 0
     assert seen == [True, False]
     assert main(["migrate", *common]) == 0
     for i in range(7):

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -251,7 +251,9 @@ class Fleet:
         self,
         backend: str,
         *args: str,
-        launcher: tuple[str, ...] = ("-m", "pgqueue"),
+        # A Sequence, not a tuple, so that callers can pass their environment
+        # as **dict[str, str] (mypy checks each str against every keyword).
+        launcher: Sequence[str] = ("-m", "pgqueue"),
         dsn: str | None = None,
         **env: str,
     ) -> Worker:

@@ -131,7 +131,11 @@ def test_poison_job_that_kills_its_worker_goes_dead_and_the_queue_keeps_flowing(
             held.append(held_by(fleet, worker.name))
             assert len(deaths) <= 3, f"the poison job killed more than 3 workers\n{fleet.output()}"
             worker = fleet.start(backend, **env)
-        fleet.wait_until(lambda w=worker: settled() or not w.alive(), "the poison job to be dead")
+
+        def over(w: Worker = worker) -> bool:
+            return settled() or not w.alive()
+
+        fleet.wait_until(over, "the poison job to be dead")
     fleet.stop(worker)
 
     assert deaths == [3, 3, 3]  # one death per attempt, each by the handler's own exit

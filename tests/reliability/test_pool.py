@@ -50,8 +50,12 @@ def test_small_pool_and_locked_table_neither_deadlock_nor_lose_a_job_and_say_why
     total = len(ids)  # the progress marks; top-ups come on top
     for n, (name, statement) in enumerate(LOCKS.items(), start=1):
         # Wait for the drain to be under way.
+
+        def progressed(n: int = n) -> bool:
+            return fleet.executed() >= total * n // 3
+
         fleet.wait_until(
-            lambda n=n: fleet.executed() >= total * n // 3,
+            progressed,
             f"progress before the {name}",
             alive=[worker],
         )
@@ -68,8 +72,12 @@ def test_small_pool_and_locked_table_neither_deadlock_nor_lose_a_job_and_say_why
             fleet.wait_until(
                 lambda: blocked_backends(fleet) > 0, f"the worker to block on the {name}"
             )
+
+            def logged(before: int = before) -> bool:
+                return len(stall_lines(worker)) > before
+
             fleet.wait_until(
-                lambda before=before: len(stall_lines(worker)) > before,
+                logged,
                 f"the worker to log the stall ({name})",
                 alive=[worker],
             )

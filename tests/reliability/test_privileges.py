@@ -175,7 +175,7 @@ async def test_runtime_role_with_only_the_documented_grants_runs_the_whole_queue
         assert await q.retry(doomed) == 1
         [job] = await q.claim(1, worker="by-hand")
         assert await q.reap(timedelta(microseconds=1)) == []  # its last attempt: buried
-        assert (await q.get(doomed)).status is pgqueue.JobStatus.DEAD  # type: ignore[union-attr]
+        assert (await q.get(doomed)).status is pgqueue.JobStatus.DEAD
         stats = await q.stats()
         assert stats.by_status.get(pgqueue.JobStatus.DEAD) == 1
         assert await q.complete(job) == 0  # not running any more: nothing to delete

@@ -21,8 +21,12 @@ def test_workers_ride_out_fast_and_immediate_database_restarts_and_lose_nothing(
     fleet.wait_until(lambda: fleet.listeners() == len(workers), "the listeners", alive=workers)
 
     for mode, progress in (("fast", 1 / 5), ("immediate", 2 / 5)):
+
+        def reached(p: float = progress) -> bool:
+            return fleet.executed() >= len(ids) * p
+
         fleet.wait_until(
-            lambda p=progress: fleet.executed() >= len(ids) * p,
+            reached,
             f"{progress:.0%} of the jobs before the {mode} restart",
             alive=workers,
         )

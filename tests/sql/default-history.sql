@@ -653,7 +653,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results
                 UNION ALL SELECT job_id FROM failed_rows_results
@@ -774,7 +774,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
@@ -2358,7 +2358,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
@@ -2429,7 +2429,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
@@ -2676,7 +2676,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results
                 UNION ALL SELECT job_id FROM failed_rows_results
@@ -2891,7 +2891,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
@@ -3111,7 +3111,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
@@ -3257,7 +3257,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
@@ -3610,7 +3610,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results
                 UNION ALL SELECT job_id FROM failed_rows_results
@@ -3900,7 +3900,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
@@ -4017,7 +4017,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
@@ -4091,7 +4091,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
@@ -4341,7 +4341,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results
                 UNION ALL SELECT job_id FROM failed_rows_results
@@ -4559,7 +4559,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
@@ -4782,7 +4782,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
@@ -4931,7 +4931,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
@@ -5287,7 +5287,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results
                 UNION ALL SELECT job_id FROM failed_rows_results
@@ -5580,7 +5580,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
@@ -5694,7 +5694,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
@@ -5765,7 +5765,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
@@ -6012,7 +6012,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results
                 UNION ALL SELECT job_id FROM failed_rows_results
@@ -6227,7 +6227,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
@@ -6447,7 +6447,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
@@ -6593,7 +6593,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
@@ -6946,7 +6946,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results
                 UNION ALL SELECT job_id FROM failed_rows_results
@@ -7236,7 +7236,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
@@ -7353,7 +7353,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
@@ -7427,7 +7427,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
@@ -7677,7 +7677,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results
                 UNION ALL SELECT job_id FROM failed_rows_results
@@ -7895,7 +7895,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
@@ -8118,7 +8118,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
@@ -8267,7 +8267,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
@@ -8623,7 +8623,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results
                 UNION ALL SELECT job_id FROM failed_rows_results
@@ -8916,7 +8916,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
@@ -9025,7 +9025,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
@@ -9091,7 +9091,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
@@ -9333,7 +9333,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results
                 UNION ALL SELECT job_id FROM failed_rows_results
@@ -9543,7 +9543,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
@@ -9758,7 +9758,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
@@ -9899,7 +9899,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
@@ -10247,7 +10247,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results
                 UNION ALL SELECT job_id FROM failed_rows_results
@@ -10532,7 +10532,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
@@ -10644,7 +10644,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
@@ -10713,7 +10713,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
@@ -10958,7 +10958,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results
                 UNION ALL SELECT job_id FROM failed_rows_results
@@ -11171,7 +11171,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
@@ -11389,7 +11389,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
@@ -11533,7 +11533,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
@@ -11884,7 +11884,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results
                 UNION ALL SELECT job_id FROM failed_rows_results
@@ -12172,7 +12172,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
@@ -12281,7 +12281,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
@@ -12347,7 +12347,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
@@ -12589,7 +12589,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results
                 UNION ALL SELECT job_id FROM failed_rows_results
@@ -12799,7 +12799,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
@@ -13014,7 +13014,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
@@ -13155,7 +13155,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
@@ -13503,7 +13503,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results
                 UNION ALL SELECT job_id FROM failed_rows_results
@@ -13788,7 +13788,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
@@ -13900,7 +13900,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
@@ -13969,7 +13969,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
@@ -14214,7 +14214,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results
                 UNION ALL SELECT job_id FROM failed_rows_results
@@ -14427,7 +14427,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
@@ -14645,7 +14645,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
@@ -14789,7 +14789,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
@@ -15140,7 +15140,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results
                 UNION ALL SELECT job_id FROM failed_rows_results
@@ -15500,7 +15500,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results
                 UNION ALL SELECT job_id FROM failed_rows_results
@@ -15788,7 +15788,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
@@ -16073,7 +16073,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
@@ -16191,7 +16191,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
@@ -16303,7 +16303,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
@@ -16388,7 +16388,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
@@ -16473,7 +16473,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,

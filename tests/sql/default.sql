@@ -646,7 +646,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results
                 UNION ALL SELECT job_id FROM failed_rows_results
@@ -766,7 +766,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
@@ -2345,7 +2345,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
@@ -2415,7 +2415,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
@@ -2658,7 +2658,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results
                 UNION ALL SELECT job_id FROM failed_rows_results
@@ -2869,7 +2869,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
@@ -3088,7 +3088,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
@@ -3233,7 +3233,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
@@ -3582,7 +3582,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results
                 UNION ALL SELECT job_id FROM failed_rows_results
@@ -3868,7 +3868,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
@@ -3984,7 +3984,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
@@ -4057,7 +4057,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
@@ -4303,7 +4303,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results
                 UNION ALL SELECT job_id FROM failed_rows_results
@@ -4517,7 +4517,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
@@ -4739,7 +4739,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
@@ -4887,7 +4887,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
@@ -5239,7 +5239,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results
                 UNION ALL SELECT job_id FROM failed_rows_results
@@ -5528,7 +5528,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
@@ -5641,7 +5641,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
@@ -5711,7 +5711,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
@@ -5954,7 +5954,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results
                 UNION ALL SELECT job_id FROM failed_rows_results
@@ -6165,7 +6165,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
@@ -6384,7 +6384,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
@@ -6529,7 +6529,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
@@ -6878,7 +6878,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results
                 UNION ALL SELECT job_id FROM failed_rows_results
@@ -7164,7 +7164,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
@@ -7280,7 +7280,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
@@ -7353,7 +7353,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
@@ -7599,7 +7599,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results
                 UNION ALL SELECT job_id FROM failed_rows_results
@@ -7813,7 +7813,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
@@ -8035,7 +8035,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
@@ -8183,7 +8183,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
@@ -8535,7 +8535,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results
                 UNION ALL SELECT job_id FROM failed_rows_results
@@ -8824,7 +8824,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
@@ -8932,7 +8932,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
@@ -8997,7 +8997,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
@@ -9235,7 +9235,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results
                 UNION ALL SELECT job_id FROM failed_rows_results
@@ -9441,7 +9441,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
@@ -9655,7 +9655,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
@@ -9795,7 +9795,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
@@ -10139,7 +10139,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results
                 UNION ALL SELECT job_id FROM failed_rows_results
@@ -10420,7 +10420,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
@@ -10531,7 +10531,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
@@ -10599,7 +10599,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
@@ -10840,7 +10840,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results
                 UNION ALL SELECT job_id FROM failed_rows_results
@@ -11049,7 +11049,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
@@ -11266,7 +11266,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
@@ -11409,7 +11409,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
@@ -11756,7 +11756,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results
                 UNION ALL SELECT job_id FROM failed_rows_results
@@ -12040,7 +12040,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
@@ -12148,7 +12148,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
@@ -12213,7 +12213,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
@@ -12451,7 +12451,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results
                 UNION ALL SELECT job_id FROM failed_rows_results
@@ -12657,7 +12657,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
@@ -12871,7 +12871,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
@@ -13011,7 +13011,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
@@ -13355,7 +13355,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results
                 UNION ALL SELECT job_id FROM failed_rows_results
@@ -13636,7 +13636,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
@@ -13747,7 +13747,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
@@ -13815,7 +13815,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
@@ -14056,7 +14056,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results
                 UNION ALL SELECT job_id FROM failed_rows_results
@@ -14265,7 +14265,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
@@ -14482,7 +14482,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results) AS k)
        + (SELECT count(pg_notify('pgqueue_jobs', ''))
@@ -14625,7 +14625,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
@@ -14972,7 +14972,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results
                 UNION ALL SELECT job_id FROM failed_rows_results
@@ -15328,7 +15328,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results
                 UNION ALL SELECT job_id FROM failed_rows_results
@@ -15612,7 +15612,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
@@ -15893,7 +15893,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('pgqueue_jobs:results', job_id::text))
           FROM (SELECT job_id FROM failed_rows_results
                 UNION ALL SELECT job_id FROM cancelled_results) AS k)
@@ -16010,7 +16010,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
@@ -16121,7 +16121,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
@@ -16205,7 +16205,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,
@@ -16289,7 +16289,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "pgqueue_jobs_limit_slots"),
        NULL::double precision,

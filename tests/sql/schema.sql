@@ -653,7 +653,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('app.jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results
                 UNION ALL SELECT job_id FROM failed_rows_results
@@ -774,7 +774,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        0,
        EXISTS (SELECT FROM "app"."jobs_limit_slots"),
        NULL::double precision,
@@ -2601,7 +2601,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('app.jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results
                 UNION ALL SELECT job_id FROM failed_rows_results
@@ -2961,7 +2961,7 @@ RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
        (SELECT coalesce(array_agg(id), '{}') FROM failed),
        (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
        (SELECT count(pg_notify('app.jobs:results', job_id::text))
           FROM (SELECT job_id FROM done_results
                 UNION ALL SELECT job_id FROM failed_rows_results

@@ -27,7 +27,7 @@ import psycopg_pool
 from ...core.heads import NO_HEADS, ClaimHeads
 from ...core.health import HealthStamps, Stamps
 from ...core.jobs import Job, JobStatus
-from ...core.ops import Cycle, Failure, Heartbeat
+from ...core.ops import Cycle, Failure, Heartbeat, WorkerClaim
 from ...core.schedules import Schedule, Tick
 from ...core.states import Event
 from ...core.worker import STALL_WARNING
@@ -83,10 +83,9 @@ class WorkerQueue(Protocol):
         ...
 
     async def cycle(  # a worker's turn: see `AsyncQueue._cycle`
-        self, succeeded: Sequence[int], failures: Sequence[Failure], *, worker: str, limit: int,
-        kinds: Sequence[str] | None = None, queues: Sequence[str] | None = None,
-        claim_bytes: int | None = None, results: Mapping[int, str] | None = None,
-        limited_max: int | None = None, plain: bool = False, heads: ClaimHeads = NO_HEADS,
+        self, succeeded: Sequence[int], failures: Sequence[Failure], claim: WorkerClaim,
+        limit: int, *, results: Mapping[int, str] | None = None, plain: bool = False,
+        heads: ClaimHeads = NO_HEADS,
     ) -> Cycle: ...  # fmt: skip
 
     async def settle(

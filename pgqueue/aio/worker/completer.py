@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
 
@@ -21,7 +21,7 @@ from ...core.context import JobContext
 from ...core.heads import NO_HEADS, ClaimHeads
 from ...core.jobs import Job, JobStatus
 from ...core.ledger import Ledger, Phase
-from ...core.ops import Failure
+from ...core.ops import Failure, WorkerClaim
 from ...core.states import Event
 from ...core.worker import (
     CANCELLED,
@@ -171,25 +171,18 @@ class Completer:
     # -- writing ------------------------------------------------------------------
 
     async def cycle(
-        self,
-        limit: int,
-        kinds: Sequence[str] | None,
-        queues: Sequence[str] | None,
-        claim_bytes: int | None,
-        limited_max: int | None = None,
-        heads: ClaimHeads = NO_HEADS,
+        self, claim: WorkerClaim, limit: int, heads: ClaimHeads = NO_HEADS
     ) -> tuple[list[Job], int, float | None, int]:
-        """Write every outcome waiting and claim up to ``limit`` jobs, in one
-        statement, starting from ``heads``; return the jobs claimed, how many
-        outcomes it carried, `Cycle.token_in` and `Cycle.walked`."""
+        """Write every outcome waiting and claim up to ``limit`` jobs as
+        ``claim`` says, in one statement, starting from ``heads``; return the
+        jobs claimed, how many outcomes it carried, `Cycle.token_in` and
+        `Cycle.walked`."""
         batch = self._take()
         succeeded, failures, results = _split(batch)
         plain = not any(job.limit_key or job.result_ttl for job, o in batch if o.failure is None)
         try:
-            turn = await self.calls("claim", self.queue.cycle, succeeded, failures,
-                                    worker=self.worker, limit=limit, kinds=kinds,
-                                    queues=queues, claim_bytes=claim_bytes, results=results,
-                                    limited_max=limited_max, plain=plain,
+            turn = await self.calls("claim", self.queue.cycle, succeeded, failures, claim,
+                                    limit, results=results, plain=plain,
                                     heads=heads)  # fmt: skip
         except BaseException:
             self.ledger.unwrite(job.id for job, _ in batch)

@@ -31,6 +31,7 @@ import psycopg.errors
 from ...core.heads import Heads
 from ...core.jobs import Job
 from ...core.ledger import Ledger, Phase
+from ...core.ops import WorkerClaim
 from ...core.worker import RETRY_BACKOFF, Outcome, Pace, WorkerSettings
 from .calls import DATABASE_ERRORS, Calls, Shields, WorkerQueue
 from .completer import Completer
@@ -86,10 +87,15 @@ class Fetcher:
     _draining: bool = field(default=False, init=False)  # run(until_empty=True)
     # Where each claim starts in each level (`pgqueue.core.heads`).
     heads: Heads = field(default_factory=Heads, init=False)
+    claim: WorkerClaim = field(init=False)  # what every claim of this run takes
     # Claims in flight are shielded from a stop, within its grace period.
     shields: Shields = field(default_factory=Shields, init=False)
 
     def __post_init__(self) -> None:
+        s = self.settings
+        # A limited job's slot is held from its claim: claim no more of them
+        # than the runners can start.
+        self.claim = WorkerClaim.of(s.name, s.kinds, s.queues, s.claim_bytes, s.concurrency)
         # A worker (re)started after a crash looks at once: the orphans may be its own.
         self._next_orphan_look = anyio.current_time()
 
@@ -159,14 +165,7 @@ class Fetcher:
             sent = anyio.current_time()
             with self.shields.shielded():
                 jobs, carried, token_in, walked = await self.completer.cycle(
-                    size,
-                    self.settings.kinds,
-                    self.settings.queues,
-                    self.settings.claim_bytes,
-                    # A limited job's slot is held from its claim: claim no
-                    # more of them than the runners can start.
-                    self.settings.concurrency,
-                    heads,
+                    self.claim, size, heads
                 )
         except DATABASE_ERRORS as exc:
             if isinstance(exc, psycopg.errors.QueryCanceled) and self.pace.cancelled(size):

@@ -20,6 +20,7 @@ from psycopg import sql
 from ..heads import NO_HEADS, ClaimHeads
 from ..jobs import Job, JobStatus, validate_claim_bytes, validate_limit
 from ..plans import Operation, Plan, Query
+from ..schema.columns import job_json
 from .claim import ClaimSpec, claim_params, claim_update, in_claim_order, limited_ctes, served_by
 from .leaving import left_free, told
 from .outcomes import (
@@ -36,7 +37,7 @@ from .table import Table
 if TYPE_CHECKING:
     from ..sql import Statements
 
-__all__ = ["Cycle", "TurnSpec", "Turns", "turn_statement"]
+__all__ = ["Cycle", "TurnSpec", "Turns", "WorkerClaim", "turn_statement"]
 
 CYCLE: Final = (
     "\nWITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),"
@@ -48,7 +49,7 @@ claimed AS ({claim})
 SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM done),
        (SELECT coalesce(array_agg(id), '{{}}') FROM failed),
        (SELECT coalesce(array_agg(status), '{{}}') FROM failed),
-       (SELECT coalesce(json_agg(claimed), '[]') FROM claimed),
+       (SELECT coalesce(json_agg({claimed_json}), '[]') FROM claimed),
        {told},
        EXISTS (SELECT FROM {slots}),
        {wake},
@@ -131,6 +132,7 @@ def turn_statement(t: Table, spec: TurnSpec) -> bytes:
         told=told(t, *sources) if sources else sql.SQL("0"),
         wake=sql.SQL(WAKE if spec.limited else "NULL::double precision"),
         left_free=left_free(*sources) if sources else sql.SQL("0"),
+        claimed_json=job_json("claimed"),
     )
 
 
@@ -152,6 +154,55 @@ class Cycle:
     walked: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class WorkerClaim:
+    """What a worker's turns claim, the same for its whole run: built and
+    validated once (`WorkerClaim.of`), by its fetcher. A turn adds only its
+    size, its heads and its outcomes."""
+
+    worker: str
+    kinds: tuple[str, ...] | None = None
+    queues: tuple[str, ...] | None = None
+    # The batch stops at the job whose payload takes it past this many bytes.
+    claim_bytes: int | None = None
+    # Of limited jobs, a turn takes at most this many (a worker: its
+    # concurrency, so that it holds no slot for a job that waits for a runner).
+    limited_max: int | None = None
+
+    @classmethod
+    def of(
+        cls,
+        worker: str,
+        kinds: Iterable[str] | None = None,
+        queues: Iterable[str] | None = None,
+        claim_bytes: int | None = None,
+        limited_max: int | None = None,
+    ) -> WorkerClaim:
+        """The claim, validated (a clear error for bad input)."""
+        checked = claim_params(1, worker, kinds, queues)
+        kinds, queues = checked.get("kinds"), checked.get("queues")
+        return cls(
+            worker,
+            None if kinds is None else tuple(kinds),
+            None if queues is None else tuple(queues),
+            validate_claim_bytes(claim_bytes),
+            None if limited_max is None else validate_limit(limited_max),
+        )
+
+    def params(self, limit: int) -> dict[str, Any]:
+        """A turn's claim parameters (`claim_params`) for up to ``limit`` jobs."""
+        params: dict[str, Any] = {"worker": self.worker, "limit": validate_limit(limit)}
+        if self.kinds is not None:
+            params["kinds"] = list(self.kinds)
+        if self.queues is not None:
+            params["queues"] = list(self.queues)
+        if self.claim_bytes is not None:
+            params["claim_bytes"] = self.claim_bytes
+        if self.limited_max is not None:
+            params["limited_max"] = min(self.limited_max, params["limit"])
+        return params
+
+
 class Turns:
     """A worker's turns on one table (`QueueCore.turns`)."""
 
@@ -168,34 +219,23 @@ class Turns:
         self,
         succeeded: Sequence[int],
         failures: Sequence[Failure],
-        *,
-        worker: str,
+        claim: WorkerClaim,
         limit: int,
-        kinds: Iterable[str] | None = None,
-        queues: Iterable[str] | None = None,
-        claim_bytes: int | None = None,
+        *,
         results: Mapping[int, str] | None = None,
-        limited_max: int | None = None,
         plain: bool = False,
         heads: ClaimHeads = NO_HEADS,
     ) -> Operation[Cycle]:
-        """One turn of a worker: record its outcomes and claim its next batch,
-        in one statement (`turn_statement`); the batch stops at the job
-        whose payload takes it past ``claim_bytes``, if given. ``results``: the
-        return values (JSON text) of the successes that keep one. Of limited
-        jobs, it takes at most ``limited_max`` (a worker: its concurrency, so
-        that it holds no slot for a job that waits for a runner). ``plain``:
-        the caller knows that no success holds a limit slot or keeps a
-        result (a worker knows from its `Job`), and the statement leaves
-        that bookkeeping out; should one do either, a second statement
+        """One turn of a worker: record its outcomes and claim up to ``limit``
+        jobs as ``claim`` says, in one statement (`turn_statement`).
+        ``results``: the return values (JSON text) of the successes that keep
+        one. ``plain``: the caller knows that no success holds a limit slot
+        or keeps a result (a worker knows from its `Job`), and the statement
+        leaves that bookkeeping out; should one do either, a second statement
         records it in full. ``heads``: where the claim starts in each level
         (`pgqueue.core.heads`)."""
-        claim = claim_params(limit, worker, kinds, queues)
-        if validate_claim_bytes(claim_bytes) is not None:
-            claim["claim_bytes"] = claim_bytes
-        if limited_max is not None:
-            claim["limited_max"] = min(validate_limit(limited_max), claim["limit"])
-        return self.take(succeeded, failures, worker, claim, results, plain, heads)
+        return self.take(succeeded, failures, claim.worker, claim.params(limit), results, plain,
+                         heads)  # fmt: skip
 
     def take(
         self,

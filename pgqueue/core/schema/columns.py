@@ -6,7 +6,14 @@ from typing import Final
 
 from psycopg import sql
 
-__all__ = ["HISTORY_COLUMNS", "INSERT_COLUMNS", "JOB_COLUMNS", "LEAVING_COLUMNS", "job_columns"]
+__all__ = [
+    "HISTORY_COLUMNS",
+    "INSERT_COLUMNS",
+    "JOB_COLUMNS",
+    "LEAVING_COLUMNS",
+    "job_columns",
+    "job_json",
+]
 
 # The order `Job.from_row` reads.
 JOB_COLUMNS: Final = (
@@ -86,4 +93,12 @@ def job_columns(prefix: str = "") -> sql.Composable:
         if c in READ_AS
         else (sql.Identifier(prefix, c) if prefix else sql.Identifier(c))
         for c in JOB_COLUMNS
+    )
+
+
+def job_json(row: str) -> sql.Composable:
+    """The `JOB_COLUMNS` of ``row`` (a relation that read them through
+    `job_columns`) as one JSON array, in order (`Job.from_json`)."""
+    return sql.SQL("json_build_array({})").format(
+        sql.SQL(", ").join(sql.Identifier(row, c) for c in JOB_COLUMNS)
     )

@@ -6,12 +6,12 @@ from django.db import models
 
 
 class Order(models.Model):
-    item = models.CharField(max_length=100)
-    receipt_sent = models.BooleanField(default=False)
+    item: models.CharField[str, str] = models.CharField(max_length=100)
+    receipt_sent: models.BooleanField[bool, bool] = models.BooleanField(default=False)
 
 
 class Ran(models.Model):
     """One row per run of a task or handler: what ran, with what."""
 
-    what = models.CharField(max_length=100)
-    arg = models.CharField(max_length=100, default="")
+    what: models.CharField[str, str] = models.CharField(max_length=100)
+    arg: models.CharField[str, str] = models.CharField(max_length=100, default="")

@@ -11,7 +11,8 @@ from .models import Order, Ran
 try:
     from django.tasks import task
 except ImportError:
-    from django_tasks import task
+    # The backport, for Django before 6.0: the same decorator.
+    from django_tasks import task  # type: ignore[no-redef]
 
 
 class OutOfStock(Exception):

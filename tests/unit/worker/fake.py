@@ -24,7 +24,7 @@ from pgqueue import Job, JobStatus
 from pgqueue.aio.worker.calls import Channels
 from pgqueue.core.heads import NO_HEADS, ClaimHeads
 from pgqueue.core.jobs import LEASE_EXPIRED
-from pgqueue.core.ops import Cycle, Failure, Heartbeat, QueueCore
+from pgqueue.core.ops import Cycle, Failure, Heartbeat, QueueCore, WorkerClaim
 from pgqueue.core.schedules import Schedule, Tick
 from pgqueue.core.tasks import TaskRegistry
 
@@ -123,18 +123,15 @@ class FakeQueue:
         self,
         succeeded: Sequence[int],
         failures: Sequence[Failure],
-        *,
-        worker: str,
+        claim: WorkerClaim,
         limit: int,
-        kinds: Sequence[str] | None = None,
-        queues: Sequence[str] | None = None,
-        claim_bytes: int | None = None,
+        *,
         results: Mapping[int, str] | None = None,
-        limited_max: int | None = None,
         plain: bool = False,
         heads: ClaimHeads = NO_HEADS,
     ) -> Cycle:
         await self._enter("cycle")
+        worker, kinds, queues = claim.worker, claim.kinds, claim.queues
         if self.claim_limit is not None and limit > self.claim_limit:
             raise psycopg.errors.QueryCanceled("canceling statement due to statement timeout")
         # As the real statement: its claim sees the limits' slots as they were

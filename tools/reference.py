@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "reference.md"
 
 # Members a class documents elsewhere (its core: pgqueue.core, docs/design.md).
-# The worker's own calls are private (`_cycle` ...): private names are never shown.
+# The worker's own calls are private (`_turn` ...): private names are never shown.
 QUEUE_INTERNALS = ("core",)
 TASK_INTERNALS = ("definition", "job_options", "queue", "conn")
 

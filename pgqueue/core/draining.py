@@ -1,7 +1,7 @@
 """The testing helpers' decisions (`pgqueue.testing`), with no I/O.
 
 `Drain` runs a queue's ready jobs one at a time through the worker's own
-turn (`pgqueue.core.queue.turn.Turns.cycle`): each turn records the last
+turn (`pgqueue.core.queue.turn.Turns.turn`): each turn records the last
 run's outcome and claims the next job, with the real claim and the real
 outcome statements. Its only choices of its own: a failure is retried at
 once (``retry_in=0``: the same state machine, no backoff), and with
@@ -34,7 +34,7 @@ from .jobs import (
     validate_queue,
     validate_queues,
 )
-from .ops import Cycle, Failure, QueueCore, WorkerClaim
+from .ops import Failure, QueueCore, Turn, WorkerClaim
 from .plans import Operation, fetch
 from .queue.table import Table
 from .results import encode_result
@@ -237,19 +237,19 @@ class Drain:
         self._failures: list[Failure] = []
         self._results: dict[int, str] = {}
 
-    def turn(self) -> Operation[Cycle]:
+    def turn(self) -> Operation[Turn]:
         """Record the last run's outcome and claim the next ready job."""
-        return self.core.turns.cycle(
+        return self.core.turns.turn(
             self._succeeded, self._failures, self.claim, 1, results=self._results
         )
 
-    def took(self, cycle: Cycle) -> Job | None:
+    def took(self, turn: Turn) -> Job | None:
         """Note what a turn recorded; the job it claimed, or None."""
         # A turn's claim cannot see the rows its own outcomes wrote (a retry
         # due now): only a turn that recorded nothing finds the queue empty.
         self.idle = not self._succeeded and not self._failures
-        self.drained.succeeded.extend(cycle.completed)
-        for job_id, status in cycle.failed.items():
+        self.drained.succeeded.extend(turn.completed)
+        for job_id, status in turn.failed.items():
             if status is JobStatus.DEAD:
                 self.drained.dead.append(job_id)
             elif status is JobStatus.CANCELLED:
@@ -257,15 +257,15 @@ class Drain:
             else:
                 self.drained.failed.append(job_id)
         self._succeeded, self._failures, self._results = [], [], {}
-        if not cycle.claimed:
+        if not turn.claimed:
             return None
         if self.drained.ran >= self.max_runs:
-            job = cycle.claimed[0]
+            job = turn.claimed[0]
             raise RuntimeError(
                 f"drain ran {self.drained.ran} jobs and claimed one more ({job.id}, "
                 f"{job.kind}): do the handlers enqueue jobs forever?"
             )
-        return cycle.claimed[0]
+        return turn.claimed[0]
 
     def promote(self) -> Operation[int]:
         """`with_scheduled`: make the jobs due later due now; how many there were."""

@@ -17,7 +17,7 @@ late, or returned by a retry, a release or the reaper) is behind it and
 invisible to such a claim; a *rescan*, a claim without heads, finds it.
 
 Heads are used only while they pay: a turn reports how many claim-index
-entries its transaction read (`Cycle.walked`). Far more than its batch
+entries its transaction read (`Turn.walked`). Far more than its batch
 (`WALK_FACTOR` times the batch, plus `WALK_SLACK`) says dead entries are
 being walked: heads go into use, and a rescan runs every `RESCAN_EVERY`
 seconds (at once again while rescans keep finding a full batch behind the

@@ -45,7 +45,7 @@ from .queue.inspect import QueueState
 from .queue.limits import LimitState
 from .queue.maintenance import Heartbeat
 from .queue.outcomes import Cancelled, Failure
-from .queue.turn import Cycle, Turns, WorkerClaim
+from .queue.turn import Turn, Turns, WorkerClaim
 from .results import JobResult
 from .schedules import (
     Schedule,
@@ -62,7 +62,7 @@ __all__ = [
     "Cancelled",
     "Group",
     "Copy",
-    "Cycle",
+    "Turn",
     "Heartbeat",
     "LimitState",
     "QueueState",
@@ -101,7 +101,7 @@ class QueueCore:
         self.transaction_pooling = validate_transaction_pooling(transaction_pooling)
         self.schema = SchemaNames.for_table(table)
         self.backoff = backoff if backoff is not None else Backoff()
-        # A worker's turns (`Turns.cycle`, `Turns.settle`), and what the last
+        # A worker's turns (`Turns.turn`, `Turns.settle`), and what the last
         # one saw of the table.
         self.turns = Turns(self.sql)
 

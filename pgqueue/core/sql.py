@@ -79,10 +79,10 @@ class Statements:
         # As shown in docs/design.md: a worker's turn and a claim, for the
         # default batch sizes; and for tests and operators, the claim's
         # plan, with no row touched.
-        self.cycle = self.turn(False, False, False, 100)
+        self.worker_turn = self.turn(False, False, False, 100)
         # And as most turns are sent while a snapshot is held (no limits in
         # use, plain successes), with heads (`pgqueue.core.heads`).
-        self.cycle_with_heads = self.turn(
+        self.worker_turn_with_heads = self.turn(
             False, False, False, 100, False, failures=False, plain=True, heads=True
         )
         self.claim = self.claim_for(False, False, 20)

@@ -13,13 +13,13 @@ from ..core.backoff import Backoff
 from ..core.jobs import DEFAULT_QUEUE, Job, JobSpec, JobStatus, Stats, default_worker_name
 from ..core.ops import (
     Cancelled,
-    Cycle,
     Failure,
     Group,
     Heartbeat,
     LimitState,
     QueueCore,
     QueueState,
+    Turn,
     WorkerClaim,
 )
 from ..core.results import JobResult
@@ -512,17 +512,17 @@ class Queue:
         """Record a worker's batch of outcomes (`pgqueue.core.queue.turn.Turns.settle`)."""
         return self._driver.run(self.core.turns.settle(succeeded, failures, **options))
 
-    def _cycle(
+    def _turn(
         self,
         succeeded: Sequence[int],
         failures: Sequence[Failure],
         claim: WorkerClaim,
         limit: int,
         **options: Any,
-    ) -> Cycle:
+    ) -> Turn:
         """Record a worker's outcomes and claim its next batch in one round trip
-        (`pgqueue.core.queue.turn.Turns.cycle`, which says what ``options`` are)."""
-        op = self.core.turns.cycle(succeeded, failures, claim, limit, **options)
+        (`pgqueue.core.queue.turn.Turns.turn`, which says what ``options`` are)."""
+        op = self.core.turns.turn(succeeded, failures, claim, limit, **options)
         return self._driver.run(op)
 
     def _claim_orphan(

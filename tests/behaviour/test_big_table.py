@@ -86,7 +86,7 @@ def test_statements_that_find_running_jobs_by_id_read_the_primary_key(
         running = Raw(conn, big_table).rows("SELECT id FROM {table} WHERE status = 'running'")
         ids = [r[0] for r in running[:100]]
         for operation in (
-            core.turns.cycle(ids, [], WorkerClaim.of("live-worker"), 100),
+            core.turns.turn(ids, [], WorkerClaim.of("live-worker"), 100),
             core.complete(ids),
             core.heartbeat(ids, worker="live-worker"),
         ):

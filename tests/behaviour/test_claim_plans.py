@@ -47,7 +47,7 @@ from ..conftest import Raw
 AHEAD = 200_000
 TARGETS = 50
 BATCH = 20
-# The baseline reads about 150 buffers (claim or cycle, PostgreSQL 15 and
+# The baseline reads about 150 buffers (claim or turn, PostgreSQL 15 and
 # 18); each shape below about 180-230 on 18 and 250-310 on 15 (at most
 # 2.1 times the baseline). A claim that read the rows ahead would read
 # thousands: the kinds claim without the kinds index reads over 4,000.
@@ -123,7 +123,7 @@ WITHOUT_KINDS_INDEX = Shape(
     _ahead("target", "other", 0, EARLIER),
     claim={"kinds": ["target"]},
 )
-STATEMENTS = ("claim", "cycle")
+STATEMENTS = ("claim", "turn")
 
 
 @dataclass
@@ -198,7 +198,7 @@ def tables(dsn: str) -> Iterator[Tables]:
 def operation(core: QueueCore, statement: str, claim: dict[str, Any]) -> Any:
     if statement == "claim":
         return core.claim(BATCH, worker="plans", **claim)
-    return core.turns.cycle([], [], WorkerClaim.of("plans", **claim), BATCH)
+    return core.turns.turn([], [], WorkerClaim.of("plans", **claim), BATCH)
 
 
 def buffers(conn: psycopg.Connection[Any], core: QueueCore, statement: str, shape: Shape) -> int:
@@ -295,7 +295,7 @@ def claim_ms(conn: psycopg.Connection[Any], core: QueueCore, shape: Shape) -> fl
 
 
 def main() -> None:
-    """Print each shape's buffers, claim and cycle, and a claim's time
+    """Print each shape's buffers, claim and turn, and a claim's time
     ($PGQUEUE_DSN, else an embedded server)."""
     import os
 
@@ -311,7 +311,7 @@ def main() -> None:
             print(
                 f"PostgreSQL {version[0] if version else '?'}; batch {BATCH}, {AHEAD:,} rows ahead"
             )
-            print(f"{'shape':<52}{'claim':>7}{'cycle':>7}{'ms':>7}")
+            print(f"{'shape':<52}{'claim':>7}{'turn':>7}{'ms':>7}")
             for shape in [BASELINE, *SHAPES, WITHOUT_KINDS_INDEX, *LEVELS]:
                 core = tables[shape].core
                 counts = []

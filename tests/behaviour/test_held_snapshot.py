@@ -31,7 +31,7 @@ def heads_of(*jobs: Any) -> ClaimHeads:
 
 
 async def turn(queue: Any, limit: int, heads: ClaimHeads = NO_HEADS) -> list[Any]:
-    return list((await queue._cycle([], [], WorkerClaim.of("w"), limit, heads=heads)).claimed)
+    return list((await queue._turn([], [], WorkerClaim.of("w"), limit, heads=heads)).claimed)
 
 
 async def test_a_claim_with_heads_starts_after_them_and_a_rescan_finds_jobs_behind_them(

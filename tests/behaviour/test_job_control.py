@@ -2,7 +2,7 @@
 limits, and their bad input, on sync, asyncio and trio.
 
 No worker here: the tests play the worker's part with the queue's own
-worker-facing calls (`claim`, `heartbeat`, `settle`, `cycle`, `fail`,
+worker-facing calls (`claim`, `heartbeat`, `settle`, `turn`, `fail`,
 `reap`), so that each promise is checked statement by statement. The
 worker's side (a cancel reaching a running handler, return values kept) is
 tests/behaviour/test_cancel_worker.py.
@@ -287,11 +287,11 @@ async def test_result_follows_a_job_from_pending_to_succeeded(queue: Any) -> Non
     assert await queue.wait(job_id, timeout=PATIENCE) == {"total": 3}
 
 
-async def test_a_success_recorded_by_a_cycle_keeps_its_value(queue: Any) -> None:
+async def test_a_success_recorded_by_a_turn_keeps_its_value(queue: Any) -> None:
     kept, plain = await queue.enqueue_many([JobSpec("k", 1, result_ttl=KEEP), JobSpec("k", 2)])
     await queue.claim(2, worker="w")
     nxt = await queue.enqueue("next")
-    turn = await queue._cycle(
+    turn = await queue._turn(
         [kept, plain], [], WorkerClaim.of("w"), 5, results={kept: '[1, "two", null]', plain: "3"}
     )
     assert sorted(turn.completed) == [kept, plain]
@@ -662,7 +662,7 @@ async def test_a_success_hands_its_slot_to_the_next_job_of_its_key_in_the_same_t
     assert job.id == first
     # The turn that records the success claims the next job of the key, on
     # the slot the success held: no claim in between could take the slot.
-    turn = await queue._cycle([first], [], WorkerClaim.of("w"), 5)
+    turn = await queue._turn([first], [], WorkerClaim.of("w"), 5)
     assert turn.completed == [first]
     assert [j.id for j in turn.claimed] == [second]
     assert turn.slots_left_free == 0
@@ -670,9 +670,9 @@ async def test_a_success_hands_its_slot_to_the_next_job_of_its_key_in_the_same_t
     assert await queue.claim(5, worker="other") == []
     # A failure frees its slot (the job waits out its backoff); the last
     # success finds no job of its key ready and leaves its slot free.
-    [job] = (await queue._cycle([second], [], WorkerClaim.of("w"), 5)).claimed
+    [job] = (await queue._turn([second], [], WorkerClaim.of("w"), 5)).claimed
     assert job.id == third
-    turn = await queue._cycle([third], [], WorkerClaim.of("w"), 5)
+    turn = await queue._turn([third], [], WorkerClaim.of("w"), 5)
     assert (turn.claimed, turn.slots_left_free) == ([], 1)
     assert taken_slots(raw, queue.table, "one") == []
     assert await queue.limits() == [pgqueue.LimitState("one", 1, 0, 0, True)]
@@ -687,24 +687,24 @@ async def test_a_slot_is_handed_only_to_a_job_the_worker_may_run_within_the_limi
     [ja, jb] = await queue.claim(5, worker="w", kinds=["a"])
     assert {ja.id, jb.id} == {a, b}
     # Of another kind than the worker serves: not handed; the slot is free.
-    turn = await queue._cycle([a], [], WorkerClaim.of("w", kinds=["a"]), 5)
+    turn = await queue._turn([a], [], WorkerClaim.of("w", kinds=["a"]), 5)
     assert (turn.claimed, turn.slots_left_free) == ([], 1)
     # A lowered limit: the slot of a job above it is not handed on either.
     c = await queue.enqueue("a", limit_key="one")
     await queue.set_limit("one", 1)
     assert {s for s, _, _ in taken_slots(raw, queue.table, "one")} == {2}
-    turn = await queue._cycle([b], [], WorkerClaim.of("w"), 5)
+    turn = await queue._turn([b], [], WorkerClaim.of("w"), 5)
     assert (turn.claimed, turn.slots_left_free) == ([], 1)
     # Within the limit again, a claim takes the slot; the handed-on chain
     # then runs the key's jobs one at a time, in order.
     [job] = await queue.claim(5, worker="w")
     assert job.id == other_kind
-    turn = await queue._cycle([other_kind], [], WorkerClaim.of("w"), 5)
+    turn = await queue._turn([other_kind], [], WorkerClaim.of("w"), 5)
     assert [j.id for j in turn.claimed] == [c]
     # A key with a rate: its tokens decide, so a success hands nothing on.
     await queue.set_rate("one", per_second=1000, burst=10)
     d = await queue.enqueue("a", limit_key="one")
-    turn = await queue._cycle([c], [], WorkerClaim.of("w"), 5)
+    turn = await queue._turn([c], [], WorkerClaim.of("w"), 5)
     assert turn.slots_left_free == 1
     assert [j.id for j in turn.claimed] in ([], [d])  # a token, in a claim that saw the slot free
 
@@ -774,21 +774,21 @@ async def test_a_workers_turn_claims_limited_jobs_once_limits_come_into_use(
     queue: Any,
 ) -> None:
     plain = await queue.enqueue("k")
-    turn = await queue._cycle([], [], WorkerClaim.of("w"), 10)
+    turn = await queue._turn([], [], WorkerClaim.of("w"), 10)
     assert [j.id for j in turn.claimed] == [plain]
     # The table's first limited jobs, and another job beside them.
     limited = await queue.enqueue_many([JobSpec("k", i, limit_key="x") for i in range(2)])
     other = await queue.enqueue("k")
-    turn = await queue._cycle([plain], [], WorkerClaim.of("w"), 10)
+    turn = await queue._turn([plain], [], WorkerClaim.of("w"), 10)
     assert turn.completed == [plain]
     assert sorted(j.id for j in turn.claimed) == sorted([limited[0], other])
     # From then on, the limit holds in every turn.
-    turn = await queue._cycle([other], [], WorkerClaim.of("w"), 10)
+    turn = await queue._turn([other], [], WorkerClaim.of("w"), 10)
     assert (turn.completed, turn.claimed) == ([other], [])
-    turn = await queue._cycle([limited[0]], [], WorkerClaim.of("w"), 10)
+    turn = await queue._turn([limited[0]], [], WorkerClaim.of("w"), 10)
     # The slot that turn freed is free for the next claim (the statement's
     # own claim may not see it: it reads the slots as they were before it).
-    then = await queue._cycle([], [], WorkerClaim.of("w"), 10)
+    then = await queue._turn([], [], WorkerClaim.of("w"), 10)
     assert [j.id for j in turn.claimed + then.claimed] == [limited[1]]
 
 
@@ -802,7 +802,7 @@ async def test_a_turn_told_its_successes_are_plain_still_frees_slots_and_keeps_r
     ordinary = await queue.enqueue("k")
     assert len(await queue.claim(3, worker="w")) == 3
     assert [s for s, _, _ in taken_slots(raw, table, "x")] == [1]
-    turn = await queue._cycle([limited, kept, ordinary], [], WorkerClaim.of("w"), 5, plain=True)
+    turn = await queue._turn([limited, kept, ordinary], [], WorkerClaim.of("w"), 5, plain=True)
     assert sorted(turn.completed) == sorted([limited, kept, ordinary])
     assert taken_slots(raw, table, "x") == []
     result = await queue.result(kept)
@@ -811,7 +811,7 @@ async def test_a_turn_told_its_successes_are_plain_still_frees_slots_and_keeps_r
     # A success this worker no longer holds is refused either way.
     again = await queue.enqueue("k")
     await queue.claim(worker="other")
-    turn = await queue._cycle([again], [], WorkerClaim.of("w"), 5, plain=True)
+    turn = await queue._turn([again], [], WorkerClaim.of("w"), 5, plain=True)
     assert turn.completed == []
 
 

@@ -141,16 +141,16 @@ async def test_a_workers_turn_says_when_the_next_token_is_due(queue: Any, raw: R
     await queue.set_limit("api", 100)
     await queue.set_rate("api", 0.5, burst=1)  # a token every 2 s
     await enqueue_limited(queue, "api", 3)
-    turn = await queue._cycle([], [], WorkerClaim.of("w"), 10)
+    turn = await queue._turn([], [], WorkerClaim.of("w"), 10)
     assert len(turn.claimed) == 1
     assert turn.token_in is not None and 0 < turn.token_in <= 2.0
     age_bucket(raw, queue.table, "api", 1.0)
-    turn = await queue._cycle([], [], WorkerClaim.of("w"), 10)
+    turn = await queue._turn([], [], WorkerClaim.of("w"), 10)
     assert turn.claimed == []
     assert turn.token_in is not None and 0 < turn.token_in <= 1.0
     # Without a rate, or with jobs of no key waiting, a turn says nothing.
     await queue.set_rate("api", None)
-    turn = await queue._cycle([], [], WorkerClaim.of("w"), 10)
+    turn = await queue._turn([], [], WorkerClaim.of("w"), 10)
     assert (len(turn.claimed), turn.token_in) == (2, None)
 
 

@@ -135,7 +135,7 @@ async def test_a_second_run_of_the_same_worker_idles(
     queue: Any, backend: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     claims = 0
-    cycle = pgqueue.AsyncQueue._cycle
+    cycle = pgqueue.AsyncQueue._turn
 
     async def counted(self: pgqueue.AsyncQueue, *args: Any, **kwargs: Any) -> Any:
         nonlocal claims
@@ -146,7 +146,7 @@ async def test_a_second_run_of_the_same_worker_idles(
     worker = WorkerUnderTest(backend, queue, {"ping": lambda job: None}, poll_interval=0.1)
     await worker.run(until_empty=True)
     assert await queue.stats() is not None
-    monkeypatch.setattr(pgqueue.AsyncQueue, "_cycle", counted)
+    monkeypatch.setattr(pgqueue.AsyncQueue, "_turn", counted)
     async with anyio.create_task_group() as tg:
         tg.start_soon(worker.run)
         await anyio.sleep(0.5)  # the window in which claims are counted
@@ -176,10 +176,10 @@ async def test_a_claim_stops_at_the_job_that_takes_it_past_claim_bytes(queue: An
     small = "a" * 1000  # stored as is: about 1 KB each
     large = "b" * 100_000  # compressed when stored; counted by its size as text
     await queue.enqueue_many([("small", {"s": small}) for _ in range(10)])
-    turn = await queue._cycle([], [], WorkerClaim.of("w", claim_bytes=3000), 10)
+    turn = await queue._turn([], [], WorkerClaim.of("w", claim_bytes=3000), 10)
     # 0, ~1 KB and ~2 KB come before the first three: under 3,000 bytes.
     assert len(turn.claimed) == 3
-    turn = await queue._cycle([], [], WorkerClaim.of("w", claim_bytes=1), 10)
+    turn = await queue._turn([], [], WorkerClaim.of("w", claim_bytes=1), 10)
     assert len(turn.claimed) == 1  # the first job always comes
     await queue.enqueue_many(
         [
@@ -190,14 +190,14 @@ async def test_a_claim_stops_at_the_job_that_takes_it_past_claim_bytes(queue: An
             for _ in range(3)
         ]
     )
-    turn = await queue._cycle([], [], WorkerClaim.of("w", kinds=["large"], claim_bytes=150_000), 10)
+    turn = await queue._turn([], [], WorkerClaim.of("w", kinds=["large"], claim_bytes=150_000), 10)
     assert [j.kind for j in turn.claimed] == ["large", "large"]
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True])
 async def test_claim_bytes_must_be_a_positive_int(queue: Any, bad: Any) -> None:
     with pytest.raises((TypeError, ValueError), match="claim_bytes"):
-        await queue._cycle([], [], WorkerClaim.of("w", claim_bytes=bad), 10)
+        await queue._turn([], [], WorkerClaim.of("w", claim_bytes=bad), 10)
     with pytest.raises((TypeError, ValueError), match="claim_bytes"):
         pgqueue.AsyncWorker(queue, claim_bytes=bad)
 

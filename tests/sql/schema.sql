@@ -308,480 +308,6 @@ UNION ALL
     SELECT queue, priority, kind FROM "app"."jobs" WHERE status = 'waiting' ORDER BY id LIMIT %(cap)s) AS s
  GROUP BY 2, 3, 4)
 
--- ==== cycle
-WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"app"."jobs_unlimited"'::regclass) AS before),
-bucket AS (
-    SELECT m.limit_key, m.per_second,
-           least(m.burst, m.tokens + m.per_second
-                 * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
-      FROM "app"."jobs_limits" AS m
-     WHERE m.per_second IS NOT NULL
-       -- A probe of the key's first ready job, per key (a scalar subquery:
-       -- as EXISTS, the planner could read every ready limited job first).
-       AND (SELECT true FROM "app"."jobs" AS t
-             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
-               AND t.run_at <= now()
-                              AND NOT EXISTS (SELECT FROM "app"."jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused)
-             LIMIT 1)
-       FOR UPDATE SKIP LOCKED),
-free AS (
-    SELECT s.limit_key, s.slot,
-           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
-      FROM (SELECT limit_key, slot FROM "app"."jobs_limit_slots" AS s
-             WHERE job_id IS NULL
-               -- Within the limit, and none taken above it (a lowered
-               -- limit): slots above it are never taken again, only freed,
-               -- so one seen taken from an older snapshot errs on the safe
-               -- side. Every slot taken is then within the limit.
-               AND slot <= coalesce((SELECT max_running FROM "app"."jobs_limits" AS m
-                                      WHERE m.limit_key = s.limit_key), 1)
-               AND NOT EXISTS (SELECT FROM "app"."jobs_limit_slots" AS h
-                                WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
-                                  AND h.slot > coalesce((SELECT max_running FROM "app"."jobs_limits" AS m
-                                                          WHERE m.limit_key = s.limit_key), 1))
-               AND (SELECT true FROM "app"."jobs" AS t
-                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
-                       AND t.run_at <= now()
-                              AND NOT EXISTS (SELECT FROM "app"."jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused)
-                     LIMIT 1)
-               -- A key with a rate: only with a token, in a bucket this claim holds.
-               AND NOT EXISTS (SELECT FROM "app"."jobs_limits" AS r
-                                WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
-                                  AND NOT EXISTS (SELECT FROM bucket AS b
-                                                   WHERE b.limit_key = r.limit_key
-                                                     AND b.tokens >= 1))
-             ORDER BY limit_key, slot
-             LIMIT 100
-             FOR UPDATE SKIP LOCKED) AS s),
-limited AS (
-    SELECT x.id, x.attempts, f.limit_key, f.slot
-      FROM (SELECT f.limit_key, least(count(*), min(floor(b.tokens))::bigint) AS free
-              FROM free AS f LEFT JOIN bucket AS b ON b.limit_key = f.limit_key
-             GROUP BY f.limit_key) AS k
-     CROSS JOIN LATERAL (
-           SELECT y.id, y.attempts, row_number() OVER () AS n
-             FROM (SELECT id, attempts FROM "app"."jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
-                      AND t.run_at <= now()
-                              AND NOT EXISTS (SELECT FROM "app"."jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused)
-                    ORDER BY t.priority DESC, t.run_at, t.id
-                    LIMIT k.free
-                    FOR UPDATE SKIP LOCKED) AS y) AS x
-      JOIN free AS f ON f.limit_key = k.limit_key AND f.n = x.n),
-taken AS (
-    UPDATE "app"."jobs_limit_slots" AS s
-       SET job_id = l.id, attempt = l.attempts + 1, taken_at = now()
-      FROM limited AS l
-     WHERE s.limit_key = l.limit_key AND s.slot = l.slot),
-spent AS (
-    UPDATE "app"."jobs_limits" AS m
-       SET tokens = b.tokens - (SELECT count(*) FROM limited AS l
-                                 WHERE l.limit_key = b.limit_key),
-           refilled_at = now()
-      FROM bucket AS b
-     WHERE m.limit_key = b.limit_key
-    RETURNING b.per_second, m.tokens),
-failed_rows AS (
-    UPDATE "app"."jobs" AS j
-       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
-                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
-           -- Pending: when to try again. Dead: when it died, for purge_dead.
-           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
-           -- A "queued" unique job that started once keeps attempts > 0, so
-           -- that it never re-enters its unique index beside a newer duplicate.
-           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
-                           ELSE f.new_attempts END,
-           locked_at = NULL,
-           locked_by = NULL,
-           last_error = COALESCE(f.error, j.last_error)
-      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NULL
-       AND (j.dependents IS NULL
-            OR j.dependents = (SELECT s.dependents FROM "app"."jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
-              j.attempts, j.last_error, j.dependents),
-failed_rows_freed AS (
-    UPDATE "app"."jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM failed_rows AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.claimed
-    RETURNING s.slot, s.job_id),
-failed_rows_results AS (
-    INSERT INTO "app"."jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows AS d
-     WHERE d.result_ttl IS NOT NULL
-       AND d.status = 'dead'
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed_rows_below AS (
-    WITH RECURSIVE below(id, parent, root, ended) AS (
-        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
-          FROM "app"."jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
-         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
-      UNION
-        SELECT e.job_id, e.parent_id, b.root, b.ended
-          FROM "app"."jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
-    SELECT id, parent, root, ended FROM below),
-failed_rows_swept AS (
-    DELETE FROM "app"."jobs" AS j
-     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
-     WHERE j.id = b.id AND j.status = 'waiting'
-       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
-              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
-                  AS last_error,
-              CASE WHEN j.result_ttl IS NOT NULL
-                   THEN pg_notify('app.jobs:results', j.id::text)::text END AS told),
-failed_rows_swept_edges AS (
-    DELETE FROM "app"."jobs_dependencies" AS e USING failed_rows_below AS b
-     WHERE e.parent_id = b.parent AND e.job_id = b.id),
-"failed_rows_swept_kept" AS (INSERT INTO "app"."jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
-failed_rows_swept_results AS (
-    INSERT INTO "app"."jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM failed_rows_swept AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled AS (
-    DELETE FROM "app"."jobs" AS j
-      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
-                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
-                  %(f_error)s::text[])
-           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
-     WHERE j.id = f.id AND j.status = 'running'
-       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
-       AND j.cancel_requested_at IS NOT NULL
-       AND (j.dependents IS NULL
-            OR j.dependents = (SELECT s.dependents FROM "app"."jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
-              COALESCE(f.error, j.last_error) AS last_error),
-"cancelled_kept" AS (INSERT INTO "app"."jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
-cancelled_freed AS (
-    UPDATE "app"."jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
-      FROM cancelled AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-cancelled_results AS (
-    INSERT INTO "app"."jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-cancelled_below AS (
-    WITH RECURSIVE below(id, parent, root, ended) AS (
-        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
-          FROM "app"."jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
-         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
-      UNION
-        SELECT e.job_id, e.parent_id, b.root, b.ended
-          FROM "app"."jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
-    SELECT id, parent, root, ended FROM below),
-cancelled_swept AS (
-    DELETE FROM "app"."jobs" AS j
-     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
-     WHERE j.id = b.id AND j.status = 'waiting'
-       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
-              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
-                  AS last_error,
-              CASE WHEN j.result_ttl IS NOT NULL
-                   THEN pg_notify('app.jobs:results', j.id::text)::text END AS told),
-cancelled_swept_edges AS (
-    DELETE FROM "app"."jobs_dependencies" AS e USING cancelled_below AS b
-     WHERE e.parent_id = b.parent AND e.job_id = b.id),
-"cancelled_swept_kept" AS (INSERT INTO "app"."jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
-cancelled_swept_results AS (
-    INSERT INTO "app"."jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
-      FROM cancelled_swept AS d
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-failed AS (
-    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
-done AS (
-    DELETE FROM "app"."jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
-       AND (dependents IS NULL
-            OR dependents = (SELECT s.dependents FROM "app"."jobs" AS s WHERE s.id = "app"."jobs".id))
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
-"done_kept" AS (INSERT INTO "app"."jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-done_slots AS (
-    SELECT s.limit_key, s.slot,
-           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
-      FROM "app"."jobs_limit_slots" AS s, done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-       AND s.slot <= coalesce((SELECT max_running FROM "app"."jobs_limits" AS m
-                                WHERE m.limit_key = s.limit_key), 1)
-       AND NOT EXISTS (SELECT FROM "app"."jobs_limit_slots" AS h
-                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
-                          AND h.slot > coalesce((SELECT max_running FROM "app"."jobs_limits" AS m
-                                                  WHERE m.limit_key = s.limit_key), 1))
-       AND NOT EXISTS (SELECT FROM "app"."jobs_limits" AS r
-                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
-done_handed AS (
-    SELECT x.id, x.attempts, f.limit_key, f.slot
-      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
-     CROSS JOIN LATERAL (
-           SELECT y.id, y.attempts, row_number() OVER () AS n
-             FROM (SELECT id, attempts FROM "app"."jobs" AS t
-                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
-                      AND t.run_at <= now()
-                              AND NOT EXISTS (SELECT FROM "app"."jobs_queues" AS q
-                                               WHERE q.queue = t.queue AND q.paused)
-                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
-                    ORDER BY t.priority DESC, t.run_at, t.id
-                    LIMIT k.free
-                    FOR UPDATE SKIP LOCKED) AS y) AS x
-      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
-done_freed AS (
-    UPDATE "app"."jobs_limit_slots" AS s
-       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
-                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
-      FROM done AS d
-     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
-       AND s.attempt = d.attempts
-    RETURNING s.slot, s.job_id),
-done_results AS (
-    INSERT INTO "app"."jobs_results" AS r
-           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
-    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
-      FROM done AS d
-      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
-     WHERE d.result_ttl IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
-           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
-    RETURNING r.job_id),
-done_edges AS (
-    DELETE FROM "app"."jobs_dependencies" AS e USING done AS d
-     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
-    RETURNING e.parent_id, e.job_id),
-done_released AS (
-    UPDATE "app"."jobs" AS j
-       SET waiting_on = j.waiting_on - r.n,
-           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
-           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
-           parents = coalesce(j.parents, '{}') || r.kept
-      FROM (SELECT e.job_id, count(*)::integer AS n,
-                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
-                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
-              FROM done_edges AS e
-              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
-                     ON v.id = e.parent_id
-             GROUP BY e.job_id ORDER BY e.job_id) AS r
-     WHERE j.id = r.job_id AND j.status = 'waiting'
-       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
-       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
-    RETURNING j.id,
-              CASE WHEN j.status = 'pending' THEN pg_notify('app.jobs', j.kind)::text END),
-claimed AS (
-UPDATE "app"."jobs" AS j
-   SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
- WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
-WITH RECURSIVE
-found(queue) AS (
-    SELECT min(queue) FROM "app"."jobs" WHERE status = 'pending' AND limit_key IS NULL
-  UNION ALL
-    SELECT (SELECT min(queue) FROM "app"."jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
-      FROM found AS f WHERE f.queue IS NOT NULL),
-served(queue) AS (
-    SELECT queue FROM found
-     WHERE queue IS NOT NULL
-       AND NOT EXISTS (SELECT FROM "app"."jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
-levels(queue, priority) AS (
-    SELECT s.queue,
-           (SELECT max(priority) FROM "app"."jobs"
-             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
-      FROM served AS s
-  UNION ALL
-    SELECT l.queue,
-           (SELECT max(priority) FROM "app"."jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority)
-      FROM levels AS l WHERE l.priority IS NOT NULL),
-picked AS (
-    SELECT p.priority, x.run_at, x.id, x.size
-      FROM (SELECT DISTINCT priority FROM levels
-             WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
-     CROSS JOIN LATERAL (
-           SELECT c.run_at, c.id, c.size
-             FROM levels AS l
-            CROSS JOIN LATERAL (
-                  SELECT run_at, id, 0 AS size FROM "app"."jobs"
-                   WHERE status = 'pending' AND limit_key IS NULL
-                     AND queue = l.queue AND priority = l.priority
-                     AND run_at <= now()
-                     AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
-                   ORDER BY run_at, id
-                   LIMIT 100
-                   FOR UPDATE SKIP LOCKED) AS c
-            WHERE l.priority = p.priority
-            ORDER BY c.run_at, c.id
-            LIMIT 100) AS x
-     LIMIT 100)
-SELECT id FROM picked
- LIMIT greatest(0, 100 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
-SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
-       (SELECT coalesce(array_agg(id), '{}') FROM failed),
-       (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
-       (SELECT count(pg_notify('app.jobs:results', job_id::text))
-          FROM (SELECT job_id FROM done_results
-                UNION ALL SELECT job_id FROM failed_rows_results
-                UNION ALL SELECT job_id FROM cancelled_results) AS k)
-       + (SELECT count(pg_notify('app.jobs', ''))
-            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
-                        UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
-       EXISTS (SELECT FROM "app"."jobs_limit_slots"),
-       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
-       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
-                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
-       pg_stat_get_xact_tuples_returned('"app"."jobs_unlimited"'::regclass) - read.before
-  FROM relax, read
-
--- ==== cycle_with_heads
-WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
-read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"app"."jobs_unlimited"'::regclass) AS before),
-failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
-done AS (
-    DELETE FROM "app"."jobs"
-     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
-    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
-"done_kept" AS (INSERT INTO "app"."jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
-claimed AS (
-UPDATE "app"."jobs" AS j
-   SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
- WHERE j.id = ANY(ARRAY(
-WITH RECURSIVE
-heads(queue, priority, run_at, id) AS (
-    SELECT * FROM jsonb_to_recordset(%(heads)s::jsonb)
-        AS h(queue text, priority smallint, run_at timestamptz, id bigint)),
-found(queue) AS (
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "app"."jobs"
-             WHERE status = 'pending' AND limit_key IS NULL)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "app"."jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM (SELECT (SELECT h.queue FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
-                   (SELECT h.priority FROM heads AS h
-                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
-  UNION ALL
-    SELECT CASE WHEN z.queue IS NULL THEN
-           (SELECT min(queue) FROM "app"."jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue)
-         ELSE coalesce(
-           (SELECT min(queue) FROM "app"."jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue > f.queue
-               AND (queue, priority) < (z.queue, z.priority)),
-           z.queue) END
-      FROM found AS f
-      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
-                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
-     WHERE f.queue IS NOT NULL),
-served(queue) AS (
-    SELECT queue FROM found
-     WHERE queue IS NOT NULL
-       AND NOT EXISTS (SELECT FROM "app"."jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
-levels(queue, priority) AS (
-    SELECT l.queue, coalesce(
-           (SELECT max(priority) FROM "app"."jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-  UNION ALL
-    SELECT l.queue, coalesce(
-           (SELECT max(priority) FROM "app"."jobs"
-             WHERE status = 'pending' AND limit_key IS NULL
-               AND queue = l.queue AND priority < l.priority
-               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
-                                             coalesce(z.run_at, '-infinity'::timestamptz),
-                                             coalesce(z.id, 0::bigint))),
-           z.priority)
-      FROM levels AS l
-      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
-                          WHERE h.queue = l.queue AND h.priority < l.priority
-                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
-     WHERE l.priority IS NOT NULL),
-picked AS (
-    SELECT p.priority, x.run_at, x.id, x.size
-      FROM (SELECT DISTINCT priority FROM levels
-             WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
-     CROSS JOIN LATERAL (
-           SELECT c.run_at, c.id, c.size
-             FROM levels AS l
-             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
-            CROSS JOIN LATERAL (
-                  SELECT run_at, id, 0 AS size FROM "app"."jobs"
-                   WHERE status = 'pending' AND limit_key IS NULL
-                     AND queue = l.queue AND priority = l.priority
-                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
-                                         coalesce(h.id, 0::bigint))
-                     AND run_at <= now()
-                     AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
-                   ORDER BY run_at, id
-                   LIMIT 100
-                   FOR UPDATE SKIP LOCKED) AS c
-            WHERE l.priority = p.priority
-            ORDER BY c.run_at, c.id
-            LIMIT 100) AS x
-     LIMIT 100)
-SELECT id FROM picked))
-RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
-SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
-       (SELECT coalesce(array_agg(id), '{}') FROM failed),
-       (SELECT coalesce(array_agg(status), '{}') FROM failed),
-       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
-       0,
-       EXISTS (SELECT FROM "app"."jobs_limit_slots"),
-       NULL::double precision,
-       0,
-       pg_stat_get_xact_tuples_returned('"app"."jobs_unlimited"'::regclass) - read.before
-  FROM relax, read
-
 -- ==== dependents
 SELECT job_id FROM "app"."jobs_dependencies" WHERE parent_id = %s ORDER BY job_id
 
@@ -1589,6 +1115,480 @@ WITH job AS (
     RETURNING id, kind
 )
 SELECT id, pg_notify(%(channel)s, kind)::text FROM job
+
+-- ==== worker_turn
+WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"app"."jobs_unlimited"'::regclass) AS before),
+bucket AS (
+    SELECT m.limit_key, m.per_second,
+           least(m.burst, m.tokens + m.per_second
+                 * extract(epoch FROM now() - m.refilled_at)::double precision) AS tokens
+      FROM "app"."jobs_limits" AS m
+     WHERE m.per_second IS NOT NULL
+       -- A probe of the key's first ready job, per key (a scalar subquery:
+       -- as EXISTS, the planner could read every ready limited job first).
+       AND (SELECT true FROM "app"."jobs" AS t
+             WHERE t.status = 'pending' AND t.limit_key = m.limit_key
+               AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "app"."jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused)
+             LIMIT 1)
+       FOR UPDATE SKIP LOCKED),
+free AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM (SELECT limit_key, slot FROM "app"."jobs_limit_slots" AS s
+             WHERE job_id IS NULL
+               -- Within the limit, and none taken above it (a lowered
+               -- limit): slots above it are never taken again, only freed,
+               -- so one seen taken from an older snapshot errs on the safe
+               -- side. Every slot taken is then within the limit.
+               AND slot <= coalesce((SELECT max_running FROM "app"."jobs_limits" AS m
+                                      WHERE m.limit_key = s.limit_key), 1)
+               AND NOT EXISTS (SELECT FROM "app"."jobs_limit_slots" AS h
+                                WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                                  AND h.slot > coalesce((SELECT max_running FROM "app"."jobs_limits" AS m
+                                                          WHERE m.limit_key = s.limit_key), 1))
+               AND (SELECT true FROM "app"."jobs" AS t
+                     WHERE t.status = 'pending' AND t.limit_key = s.limit_key
+                       AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "app"."jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused)
+                     LIMIT 1)
+               -- A key with a rate: only with a token, in a bucket this claim holds.
+               AND NOT EXISTS (SELECT FROM "app"."jobs_limits" AS r
+                                WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL
+                                  AND NOT EXISTS (SELECT FROM bucket AS b
+                                                   WHERE b.limit_key = r.limit_key
+                                                     AND b.tokens >= 1))
+             ORDER BY limit_key, slot
+             LIMIT 100
+             FOR UPDATE SKIP LOCKED) AS s),
+limited AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT f.limit_key, least(count(*), min(floor(b.tokens))::bigint) AS free
+              FROM free AS f LEFT JOIN bucket AS b ON b.limit_key = f.limit_key
+             GROUP BY f.limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "app"."jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "app"."jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused)
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN free AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+taken AS (
+    UPDATE "app"."jobs_limit_slots" AS s
+       SET job_id = l.id, attempt = l.attempts + 1, taken_at = now()
+      FROM limited AS l
+     WHERE s.limit_key = l.limit_key AND s.slot = l.slot),
+spent AS (
+    UPDATE "app"."jobs_limits" AS m
+       SET tokens = b.tokens - (SELECT count(*) FROM limited AS l
+                                 WHERE l.limit_key = b.limit_key),
+           refilled_at = now()
+      FROM bucket AS b
+     WHERE m.limit_key = b.limit_key
+    RETURNING b.per_second, m.tokens),
+failed_rows AS (
+    UPDATE "app"."jobs" AS j
+       SET status = CASE WHEN f.status <> 'cancelled' THEN f.status
+                         WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+           -- Pending: when to try again. Dead: when it died, for purge_dead.
+           run_at = CASE WHEN f.status = 'pending' THEN now() + f.delay ELSE now() END,
+           -- A "queued" unique job that started once keeps attempts > 0, so
+           -- that it never re-enters its unique index beside a newer duplicate.
+           attempts = CASE WHEN j.unique_scope = 'queued' THEN greatest(f.new_attempts, 1)
+                           ELSE f.new_attempts END,
+           locked_at = NULL,
+           locked_by = NULL,
+           last_error = COALESCE(f.error, j.last_error)
+      FROM unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "app"."jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.status, f.attempts AS claimed, j.kind, j.queue, j.limit_key, j.result_ttl,
+              j.attempts, j.last_error, j.dependents),
+failed_rows_freed AS (
+    UPDATE "app"."jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM failed_rows AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.claimed
+    RETURNING s.slot, s.job_id),
+failed_rows_results AS (
+    INSERT INTO "app"."jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, d.status, NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows AS d
+     WHERE d.result_ttl IS NOT NULL
+       AND d.status = 'dead'
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed_rows_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, (d.status)::text
+          FROM "app"."jobs_dependencies" AS e JOIN failed_rows AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND (d.status)::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "app"."jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+failed_rows_swept AS (
+    DELETE FROM "app"."jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('app.jobs:results', j.id::text)::text END AS told),
+failed_rows_swept_edges AS (
+    DELETE FROM "app"."jobs_dependencies" AS e USING failed_rows_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"failed_rows_swept_kept" AS (INSERT INTO "app"."jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "failed_rows_swept"),
+failed_rows_swept_results AS (
+    INSERT INTO "app"."jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM failed_rows_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled AS (
+    DELETE FROM "app"."jobs" AS j
+      USING unnest(%(f_id)s::bigint[], %(f_attempts)s::integer[], %(f_locked_by)s::text[],
+                  %(f_new_attempts)s::integer[], %(f_status)s::text[], %(f_delay)s::interval[],
+                  %(f_error)s::text[])
+           AS f(id, attempts, locked_by, new_attempts, status, delay, error)
+     WHERE j.id = f.id AND j.status = 'running'
+       AND j.attempts = f.attempts AND j.locked_by IS NOT DISTINCT FROM f.locked_by
+       AND j.cancel_requested_at IS NOT NULL
+       AND (j.dependents IS NULL
+            OR j.dependents = (SELECT s.dependents FROM "app"."jobs" AS s WHERE s.id = j.id))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              COALESCE(f.error, j.last_error) AS last_error),
+"cancelled_kept" AS (INSERT INTO "app"."jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
+cancelled_freed AS (
+    UPDATE "app"."jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
+      FROM cancelled AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+cancelled_results AS (
+    INSERT INTO "app"."jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+cancelled_below AS (
+    WITH RECURSIVE below(id, parent, root, ended) AS (
+        SELECT e.job_id, e.parent_id, d.id, ('cancelled')::text
+          FROM "app"."jobs_dependencies" AS e JOIN cancelled AS d ON e.parent_id = d.id
+         WHERE d.dependents IS NOT NULL AND ('cancelled')::text IN ('dead', 'cancelled')
+      UNION
+        SELECT e.job_id, e.parent_id, b.root, b.ended
+          FROM "app"."jobs_dependencies" AS e JOIN below AS b ON e.parent_id = b.id)
+    SELECT id, parent, root, ended FROM below),
+cancelled_swept AS (
+    DELETE FROM "app"."jobs" AS j
+     USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
+     WHERE j.id = b.id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+              format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
+                  AS last_error,
+              CASE WHEN j.result_ttl IS NOT NULL
+                   THEN pg_notify('app.jobs:results', j.id::text)::text END AS told),
+cancelled_swept_edges AS (
+    DELETE FROM "app"."jobs_dependencies" AS e USING cancelled_below AS b
+     WHERE e.parent_id = b.parent AND e.job_id = b.id),
+"cancelled_swept_kept" AS (INSERT INTO "app"."jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled_swept"),
+cancelled_swept_results AS (
+    INSERT INTO "app"."jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'cancelled', NULL, d.last_error, d.attempts, now() + d.result_ttl
+      FROM cancelled_swept AS d
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+failed AS (
+    SELECT id, status FROM failed_rows UNION ALL SELECT id, 'cancelled' FROM cancelled),
+done AS (
+    DELETE FROM "app"."jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s
+       AND (dependents IS NULL
+            OR dependents = (SELECT s.dependents FROM "app"."jobs" AS s WHERE s.id = "app"."jobs".id))
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "app"."jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+done_slots AS (
+    SELECT s.limit_key, s.slot,
+           row_number() OVER (PARTITION BY s.limit_key ORDER BY s.slot) AS n
+      FROM "app"."jobs_limit_slots" AS s, done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+       AND s.slot <= coalesce((SELECT max_running FROM "app"."jobs_limits" AS m
+                                WHERE m.limit_key = s.limit_key), 1)
+       AND NOT EXISTS (SELECT FROM "app"."jobs_limit_slots" AS h
+                        WHERE h.limit_key = s.limit_key AND h.job_id IS NOT NULL
+                          AND h.slot > coalesce((SELECT max_running FROM "app"."jobs_limits" AS m
+                                                  WHERE m.limit_key = s.limit_key), 1))
+       AND NOT EXISTS (SELECT FROM "app"."jobs_limits" AS r
+                        WHERE r.limit_key = s.limit_key AND r.per_second IS NOT NULL)),
+done_handed AS (
+    SELECT x.id, x.attempts, f.limit_key, f.slot
+      FROM (SELECT limit_key, count(*) AS free FROM done_slots GROUP BY limit_key) AS k
+     CROSS JOIN LATERAL (
+           SELECT y.id, y.attempts, row_number() OVER () AS n
+             FROM (SELECT id, attempts FROM "app"."jobs" AS t
+                    WHERE t.status = 'pending' AND t.limit_key = k.limit_key
+                      AND t.run_at <= now()
+                              AND NOT EXISTS (SELECT FROM "app"."jobs_queues" AS q
+                                               WHERE q.queue = t.queue AND q.paused)
+                      AND t.id <> ALL(ARRAY(SELECT id FROM limited))
+                    ORDER BY t.priority DESC, t.run_at, t.id
+                    LIMIT k.free
+                    FOR UPDATE SKIP LOCKED) AS y) AS x
+      JOIN done_slots AS f ON f.limit_key = k.limit_key AND f.n = x.n),
+done_freed AS (
+    UPDATE "app"."jobs_limit_slots" AS s
+       SET (job_id, attempt, taken_at) = (SELECT h.id, h.attempts + 1, now() FROM done_handed AS h
+                                           WHERE h.limit_key = s.limit_key AND h.slot = s.slot)
+      FROM done AS d
+     WHERE d.limit_key IS NOT NULL AND s.limit_key = d.limit_key AND s.job_id = d.id
+       AND s.attempt = d.attempts
+    RETURNING s.slot, s.job_id),
+done_results AS (
+    INSERT INTO "app"."jobs_results" AS r
+           (job_id, kind, queue, outcome, value, error, attempts, expires_at)
+    SELECT d.id, d.kind, d.queue, 'succeeded', v.value, NULL, d.attempts, now() + d.result_ttl
+      FROM done AS d
+      LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value) ON v.id = d.id
+     WHERE d.result_ttl IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+       SET outcome = EXCLUDED.outcome, value = EXCLUDED.value, error = EXCLUDED.error,
+           attempts = EXCLUDED.attempts, finished_at = now(), expires_at = EXCLUDED.expires_at
+    RETURNING r.job_id),
+done_edges AS (
+    DELETE FROM "app"."jobs_dependencies" AS e USING done AS d
+     WHERE d.dependents IS NOT NULL AND e.parent_id = d.id
+    RETURNING e.parent_id, e.job_id),
+done_released AS (
+    UPDATE "app"."jobs" AS j
+       SET waiting_on = j.waiting_on - r.n,
+           status = CASE WHEN j.waiting_on > r.n THEN 'waiting' ELSE 'pending' END,
+           run_at = CASE WHEN j.waiting_on > r.n THEN j.run_at ELSE greatest(j.run_at, now()) END,
+           parents = coalesce(j.parents, '{}') || r.kept
+      FROM (SELECT e.job_id, count(*)::integer AS n,
+                   coalesce(jsonb_object_agg(e.parent_id::text, v.value)
+                              FILTER (WHERE v.value IS NOT NULL), '{}') AS kept
+              FROM done_edges AS e
+              LEFT JOIN unnest(%(r_id)s::bigint[], %(r_value)s::jsonb[]) AS v(id, value)
+                     ON v.id = e.parent_id
+             GROUP BY e.job_id ORDER BY e.job_id) AS r
+     WHERE j.id = r.job_id AND j.status = 'waiting'
+       AND j.id = ANY(ARRAY(SELECT job_id FROM done_edges))
+       AND j.id <> ALL(ARRAY(SELECT id FROM failed_rows_below UNION ALL SELECT id FROM cancelled_below))
+    RETURNING j.id,
+              CASE WHEN j.status = 'pending' THEN pg_notify('app.jobs', j.kind)::text END),
+claimed AS (
+UPDATE "app"."jobs" AS j
+   SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
+ WHERE j.id = ANY(ARRAY(SELECT id FROM limited) || ARRAY(SELECT id FROM done_handed) || ARRAY(
+WITH RECURSIVE
+found(queue) AS (
+    SELECT min(queue) FROM "app"."jobs" WHERE status = 'pending' AND limit_key IS NULL
+  UNION ALL
+    SELECT (SELECT min(queue) FROM "app"."jobs"
+             WHERE status = 'pending' AND limit_key IS NULL AND queue > f.queue)
+      FROM found AS f WHERE f.queue IS NOT NULL),
+served(queue) AS (
+    SELECT queue FROM found
+     WHERE queue IS NOT NULL
+       AND NOT EXISTS (SELECT FROM "app"."jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
+levels(queue, priority) AS (
+    SELECT s.queue,
+           (SELECT max(priority) FROM "app"."jobs"
+             WHERE status = 'pending' AND limit_key IS NULL AND queue = s.queue)
+      FROM served AS s
+  UNION ALL
+    SELECT l.queue,
+           (SELECT max(priority) FROM "app"."jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority)
+      FROM levels AS l WHERE l.priority IS NOT NULL),
+picked AS (
+    SELECT p.priority, x.run_at, x.id, x.size
+      FROM (SELECT DISTINCT priority FROM levels
+             WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
+     CROSS JOIN LATERAL (
+           SELECT c.run_at, c.id, c.size
+             FROM levels AS l
+            CROSS JOIN LATERAL (
+                  SELECT run_at, id, 0 AS size FROM "app"."jobs"
+                   WHERE status = 'pending' AND limit_key IS NULL
+                     AND queue = l.queue AND priority = l.priority
+                     AND run_at <= now()
+                     AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
+                   ORDER BY run_at, id
+                   LIMIT 100
+                   FOR UPDATE SKIP LOCKED) AS c
+            WHERE l.priority = p.priority
+            ORDER BY c.run_at, c.id
+            LIMIT 100) AS x
+     LIMIT 100)
+SELECT id FROM picked
+ LIMIT greatest(0, 100 - (SELECT count(*) FROM limited) - (SELECT count(*) FROM done_handed))))
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
+SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
+       (SELECT coalesce(array_agg(id), '{}') FROM failed),
+       (SELECT coalesce(array_agg(status), '{}') FROM failed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
+       (SELECT count(pg_notify('app.jobs:results', job_id::text))
+          FROM (SELECT job_id FROM done_results
+                UNION ALL SELECT job_id FROM failed_rows_results
+                UNION ALL SELECT job_id FROM cancelled_results) AS k)
+       + (SELECT count(pg_notify('app.jobs', ''))
+            FROM (SELECT FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                        UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f HAVING count(*) > 0) AS w),
+       EXISTS (SELECT FROM "app"."jobs_limit_slots"),
+       (SELECT min((1 - tokens) / per_second) FROM spent WHERE tokens < 1),
+       (SELECT count(*) FROM (SELECT slot FROM done_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM failed_rows_freed WHERE job_id IS NULL
+                UNION ALL SELECT slot FROM cancelled_freed WHERE job_id IS NULL) AS f),
+       pg_stat_get_xact_tuples_returned('"app"."jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
+
+-- ==== worker_turn_with_heads
+WITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),
+read AS MATERIALIZED (SELECT pg_stat_get_xact_tuples_returned('"app"."jobs_unlimited"'::regclass) AS before),
+failed AS (SELECT NULL::bigint AS id, NULL::text AS status WHERE false),
+done AS (
+    DELETE FROM "app"."jobs"
+     WHERE id = ANY(%(done)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s AND limit_key IS NULL AND result_ttl IS NULL AND dependents IS NULL
+    RETURNING "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", "limit_key", "result_ttl", "dependents"),
+"done_kept" AS (INSERT INTO "app"."jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'succeeded' FROM "done"),
+claimed AS (
+UPDATE "app"."jobs" AS j
+   SET status = 'running', locked_at = now(), locked_by = %(worker)s, attempts = j.attempts + 1
+ WHERE j.id = ANY(ARRAY(
+WITH RECURSIVE
+heads(queue, priority, run_at, id) AS (
+    SELECT * FROM jsonb_to_recordset(%(heads)s::jsonb)
+        AS h(queue text, priority smallint, run_at timestamptz, id bigint)),
+found(queue) AS (
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "app"."jobs"
+             WHERE status = 'pending' AND limit_key IS NULL)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "app"."jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM (SELECT (SELECT h.queue FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS queue,
+                   (SELECT h.priority FROM heads AS h
+                     ORDER BY h.queue, h.priority LIMIT 1) AS priority) AS z
+  UNION ALL
+    SELECT CASE WHEN z.queue IS NULL THEN
+           (SELECT min(queue) FROM "app"."jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue)
+         ELSE coalesce(
+           (SELECT min(queue) FROM "app"."jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue > f.queue
+               AND (queue, priority) < (z.queue, z.priority)),
+           z.queue) END
+      FROM found AS f
+      LEFT JOIN LATERAL (SELECT h.queue, h.priority FROM heads AS h WHERE h.queue > f.queue
+                          ORDER BY h.queue, h.priority LIMIT 1) AS z ON true
+     WHERE f.queue IS NOT NULL),
+served(queue) AS (
+    SELECT queue FROM found
+     WHERE queue IS NOT NULL
+       AND NOT EXISTS (SELECT FROM "app"."jobs_queues" AS q WHERE q.queue = found.queue AND q.paused)),
+levels(queue, priority) AS (
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "app"."jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM (SELECT queue, 32767::smallint AS priority FROM served) AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+  UNION ALL
+    SELECT l.queue, coalesce(
+           (SELECT max(priority) FROM "app"."jobs"
+             WHERE status = 'pending' AND limit_key IS NULL
+               AND queue = l.queue AND priority < l.priority
+               AND (priority, run_at, id) > (coalesce(z.priority, (-32768)::smallint),
+                                             coalesce(z.run_at, '-infinity'::timestamptz),
+                                             coalesce(z.id, 0::bigint))),
+           z.priority)
+      FROM levels AS l
+      LEFT JOIN LATERAL (SELECT h.priority, h.run_at, h.id FROM heads AS h
+                          WHERE h.queue = l.queue AND h.priority < l.priority
+                          ORDER BY h.priority DESC LIMIT 1) AS z ON true
+     WHERE l.priority IS NOT NULL),
+picked AS (
+    SELECT p.priority, x.run_at, x.id, x.size
+      FROM (SELECT DISTINCT priority FROM levels
+             WHERE priority IS NOT NULL ORDER BY priority DESC) AS p
+     CROSS JOIN LATERAL (
+           SELECT c.run_at, c.id, c.size
+             FROM levels AS l
+             LEFT JOIN heads AS h ON h.queue = l.queue AND h.priority = l.priority
+            CROSS JOIN LATERAL (
+                  SELECT run_at, id, 0 AS size FROM "app"."jobs"
+                   WHERE status = 'pending' AND limit_key IS NULL
+                     AND queue = l.queue AND priority = l.priority
+                     AND (run_at, id) > (coalesce(h.run_at, '-infinity'::timestamptz),
+                                         coalesce(h.id, 0::bigint))
+                     AND run_at <= now()
+                     AND NOT coalesce(starts_with(last_error, 'lease expired'), false)
+                   ORDER BY run_at, id
+                   LIMIT 100
+                   FOR UPDATE SKIP LOCKED) AS c
+            WHERE l.priority = p.priority
+            ORDER BY c.run_at, c.id
+            LIMIT 100) AS x
+     LIMIT 100)
+SELECT id FROM picked))
+RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."status", "j"."run_at", "j"."last_error", "j"."locked_by", "j"."locked_at", "j"."created_at", "j"."queue", "j"."priority", "j"."unique_key", extract(epoch FROM j.result_ttl)::float8 AS "result_ttl", "j"."limit_key", j.cancel_requested_at IS NOT NULL AS "cancel_requested", "j"."trace_context", "j"."parents")
+SELECT (SELECT coalesce(array_agg(id), '{}') FROM done),
+       (SELECT coalesce(array_agg(id), '{}') FROM failed),
+       (SELECT coalesce(array_agg(status), '{}') FROM failed),
+       (SELECT coalesce(json_agg(json_build_array("claimed"."id", "claimed"."kind", "claimed"."payload", "claimed"."attempts", "claimed"."max_attempts", "claimed"."status", "claimed"."run_at", "claimed"."last_error", "claimed"."locked_by", "claimed"."locked_at", "claimed"."created_at", "claimed"."queue", "claimed"."priority", "claimed"."unique_key", "claimed"."result_ttl", "claimed"."limit_key", "claimed"."cancel_requested", "claimed"."trace_context", "claimed"."parents")), '[]') FROM claimed),
+       0,
+       EXISTS (SELECT FROM "app"."jobs_limit_slots"),
+       NULL::double precision,
+       0,
+       pg_stat_get_xact_tuples_returned('"app"."jobs_unlimited"'::regclass) - read.before
+  FROM relax, read
 
 -- ==== claim_for(queues=False kinds=False limited=False)
 UPDATE "app"."jobs" AS j

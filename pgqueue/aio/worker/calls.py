@@ -27,7 +27,7 @@ import psycopg_pool
 from ...core.heads import NO_HEADS, ClaimHeads
 from ...core.health import HealthStamps, Stamps
 from ...core.jobs import Job, JobStatus
-from ...core.ops import Cycle, Failure, Heartbeat, WorkerClaim
+from ...core.ops import Failure, Heartbeat, Turn, WorkerClaim
 from ...core.schedules import Schedule, Tick
 from ...core.states import Event
 from ...core.worker import STALL_WARNING
@@ -82,11 +82,11 @@ class WorkerQueue(Protocol):
         """What a failed, expired or released job becomes (no I/O)."""
         ...
 
-    async def cycle(  # a worker's turn: see `AsyncQueue._cycle`
+    async def turn(  # a worker's turn: see `AsyncQueue._turn`
         self, succeeded: Sequence[int], failures: Sequence[Failure], claim: WorkerClaim,
         limit: int, *, results: Mapping[int, str] | None = None, plain: bool = False,
         heads: ClaimHeads = NO_HEADS,
-    ) -> Cycle: ...  # fmt: skip
+    ) -> Turn: ...  # fmt: skip
 
     async def settle(
         self, succeeded: Sequence[int], failures: Sequence[Failure], *, worker: str,
@@ -132,7 +132,7 @@ class QueueCalls:
         self.transaction_pooling = core.transaction_pooling
         self.channels = Channels(core.sql.control_channel, core.sql.listen, core.sql.listen_control)
         self.decide = core.failure
-        self.cycle = queue._cycle
+        self.turn = queue._turn
         self.settle = queue._settle
         self.claim_orphan = queue._claim_orphan
         self.heartbeat = queue._heartbeat

@@ -1,7 +1,7 @@
 """The completer: the only writer of outcomes.
 
 Runners hand it each job's outcome (`add`). A claim carries every outcome
-waiting (`cycle`: one statement records them and claims the next batch);
+waiting (`turn`: one statement records them and claims the next batch);
 outcomes no claim carried within `OUTCOME_LINGER` are written by `run`, on
 a connection of their own, beside the claims. At shutdown `flush` writes
 what is left, within a bound: the rest comes back through the lease.
@@ -170,18 +170,18 @@ class Completer:
 
     # -- writing ------------------------------------------------------------------
 
-    async def cycle(
+    async def turn(
         self, claim: WorkerClaim, limit: int, heads: ClaimHeads = NO_HEADS
     ) -> tuple[list[Job], int, float | None, int]:
         """Write every outcome waiting and claim up to ``limit`` jobs as
         ``claim`` says, in one statement, starting from ``heads``; return the
-        jobs claimed, how many outcomes it carried, `Cycle.token_in` and
-        `Cycle.walked`."""
+        jobs claimed, how many outcomes it carried, `Turn.token_in` and
+        `Turn.walked`."""
         batch = self._take()
         succeeded, failures, results = _split(batch)
         plain = not any(job.limit_key or job.result_ttl for job, o in batch if o.failure is None)
         try:
-            turn = await self.calls("claim", self.queue.cycle, succeeded, failures, claim,
+            turn = await self.calls("claim", self.queue.turn, succeeded, failures, claim,
                                     limit, results=results, plain=plain,
                                     heads=heads)  # fmt: skip
         except BaseException:

@@ -4,7 +4,7 @@ A claim is sent when a runner is free, or, for handlers quicker than a
 claim, when what the worker holds is down by half a batch; it asks for
 what `Pace` says (one job per runner, and what the runners finish while
 claims make their round trip) and carries every outcome waiting
-(`Completer.cycle`). When the runners ran dry waiting for the last claim,
+(`Completer.turn`). When the runners ran dry waiting for the last claim,
 the next one goes out earlier, so that two claims are in flight. A claim
 that comes back short (or empty) sends the fetcher to sleep until a
 notification, an outcome or ``poll_interval``. A limited job's outcome is
@@ -82,7 +82,7 @@ class Fetcher:
     # nothing was held either (the queue is drained).
     _found_nothing: bool | None = field(default=None, init=False)
     # When a key with a rate, whose jobs the last claim left for want of a
-    # token, has one again (`Cycle.token_in`): the idle wait ends then.
+    # token, has one again (`Turn.token_in`): the idle wait ends then.
     _token_at: float = field(default=float("inf"), init=False)
     _draining: bool = field(default=False, init=False)  # run(until_empty=True)
     # Where each claim starts in each level (`pgqueue.core.heads`).
@@ -164,9 +164,7 @@ class Fetcher:
             # (unless a stop finds it still waiting after the grace period).
             sent = anyio.current_time()
             with self.shields.shielded():
-                jobs, carried, token_in, walked = await self.completer.cycle(
-                    self.claim, size, heads
-                )
+                jobs, carried, token_in, walked = await self.completer.turn(self.claim, size, heads)
         except DATABASE_ERRORS as exc:
             if isinstance(exc, psycopg.errors.QueryCanceled) and self.pace.cancelled(size):
                 self._errors = 0  # a smaller claim is a new try, not a repeat

@@ -28,7 +28,7 @@ __all__ = ["OutcomeStatements", "failure_ctes", "recorded_failures", "success_ct
 # -- the statements that end jobs ------------------------------------------------
 #
 # Success: the row goes. Only a running job can succeed. A worker's successes
-# are fenced by its name (`cycle`); `complete` is not.
+# are fenced by its name (`turn`); `complete` is not.
 DONE: Final = """
 done AS (
     DELETE FROM {table}

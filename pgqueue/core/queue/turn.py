@@ -37,9 +37,9 @@ from .table import Table
 if TYPE_CHECKING:
     from ..sql import Statements
 
-__all__ = ["Cycle", "TurnSpec", "Turns", "WorkerClaim", "turn_statement"]
+__all__ = ["Turn", "TurnSpec", "Turns", "WorkerClaim", "turn_statement"]
 
-CYCLE: Final = (
+TURN: Final = (
     "\nWITH relax AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),"
     "\nread AS MATERIALIZED ("
     "SELECT pg_stat_get_xact_tuples_returned({unlimited_index}::regclass) AS before),"
@@ -117,7 +117,7 @@ def turn_statement(t: Table, spec: TurnSpec) -> bytes:
     served = served_by(t, spec.queues, spec.kinds) if spec.hands_on else None
     sources = spec.sources
     return t.render(
-        CYCLE,
+        TURN,
         # What its failures cancel, its successes release not (they come first).
         done=success_ctes(
             t,
@@ -137,8 +137,8 @@ def turn_statement(t: Table, spec: TurnSpec) -> bytes:
 
 
 @dataclass(frozen=True, slots=True)
-class Cycle:
-    """What one turn of a worker's cycle wrote and claimed."""
+class Turn:
+    """What one turn of a worker wrote and claimed."""
 
     completed: list[int]
     failed: dict[int, JobStatus]
@@ -215,7 +215,7 @@ class Turns:
         # notification wakes the workers: the next turn includes them.
         self.limits_in_use = True
 
-    def cycle(
+    def turn(
         self,
         succeeded: Sequence[int],
         failures: Sequence[Failure],
@@ -225,7 +225,7 @@ class Turns:
         results: Mapping[int, str] | None = None,
         plain: bool = False,
         heads: ClaimHeads = NO_HEADS,
-    ) -> Operation[Cycle]:
+    ) -> Operation[Turn]:
         """One turn of a worker: record its outcomes and claim up to ``limit``
         jobs as ``claim`` says, in one statement (`turn_statement`).
         ``results``: the return values (JSON text) of the successes that keep
@@ -246,7 +246,7 @@ class Turns:
         results: Mapping[int, str] | None = None,
         plain: bool = False,
         heads: ClaimHeads = NO_HEADS,
-    ) -> Operation[Cycle]:
+    ) -> Operation[Turn]:
         """A turn with validated claim parameters (`claim_params`)."""
         # Without heads the turn is the statement it was before they existed.
         with_heads = bool(heads.heads)
@@ -271,7 +271,7 @@ class Turns:
         if not plain:
             params |= result_arrays(results)
 
-        def plan() -> Plan[Cycle]:
+        def plan() -> Plan[Turn]:
             (
                 (done, failed, statuses, claimed, _, slots, token_in, left_free, walked),
             ) = yield Query(statement, params)
@@ -312,7 +312,7 @@ class Turns:
                 rest = [f for f in failures if f.job_id not in written]
                 written |= yield from recorded_failures(self.sql.outcomes, rest)
             jobs = in_claim_order(map(Job.from_json, claimed))
-            return Cycle(done, written, jobs, token_in, left_free, walked)
+            return Turn(done, written, jobs, token_in, left_free, walked)
 
         return Operation(plan())
 

@@ -24,7 +24,7 @@ from pgqueue import Job, JobStatus
 from pgqueue.aio.worker.calls import Channels
 from pgqueue.core.heads import NO_HEADS, ClaimHeads
 from pgqueue.core.jobs import LEASE_EXPIRED
-from pgqueue.core.ops import Cycle, Failure, Heartbeat, QueueCore, WorkerClaim
+from pgqueue.core.ops import Failure, Heartbeat, QueueCore, Turn, WorkerClaim
 from pgqueue.core.schedules import Schedule, Tick
 from pgqueue.core.tasks import TaskRegistry
 
@@ -119,7 +119,7 @@ class FakeQueue:
     async def open(self, *, wait: bool = True) -> None:
         """(`AsyncWorker.run`.) Nothing to open."""
 
-    async def cycle(
+    async def turn(
         self,
         succeeded: Sequence[int],
         failures: Sequence[Failure],
@@ -129,8 +129,8 @@ class FakeQueue:
         results: Mapping[int, str] | None = None,
         plain: bool = False,
         heads: ClaimHeads = NO_HEADS,
-    ) -> Cycle:
-        await self._enter("cycle")
+    ) -> Turn:
+        await self._enter("turn")
         worker, kinds, queues = claim.worker, claim.kinds, claim.queues
         if self.claim_limit is not None and limit > self.claim_limit:
             raise psycopg.errors.QueryCanceled("canceling statement due to statement timeout")
@@ -148,7 +148,7 @@ class FakeQueue:
         taken = Counter(j.limit_key for j in claimed if j.limit_key is not None)
         handed = sum(min(n, max(0, taken[key] - free[key])) for key, n in handing.items())
         left_free = sum(freed.values()) - handed + freed_by_failures
-        return Cycle(done, written, claimed, slots_left_free=left_free)
+        return Turn(done, written, claimed, slots_left_free=left_free)
 
     async def settle(
         self,

@@ -66,14 +66,14 @@ async def test_a_second_run_idles_instead_of_spinning() -> None:
     w = worker(fake, {"k": lambda job: None}, poll_interval=0.1)
     await w.run(until_empty=True)
     assert len(fake.succeeded) == 3
-    claims_before = fake.calls["cycle"]
+    claims_before = fake.calls["turn"]
     async with anyio.create_task_group() as tg:
         tg.start_soon(w.run)
         await anyio.sleep(0.5)  # the window in which claims are counted
         w.stop()
     # One claim per poll (about 5 in the window) and a few at start-up; a
     # spinning worker makes thousands.
-    assert fake.calls["cycle"] - claims_before <= 15
+    assert fake.calls["turn"] - claims_before <= 15
 
 
 async def test_stop_before_run_stops_that_run_at_once() -> None:
@@ -83,15 +83,15 @@ async def test_stop_before_run_stops_that_run_at_once() -> None:
     w.stop()
     with anyio.fail_after(PATIENCE):
         await w.run()
-    assert fake.calls["cycle"] == 0
+    assert fake.calls["turn"] == 0
     assert all(fake.status(i) is JobStatus.PENDING for i in (1, 2))
 
 
 async def test_stop_with_a_claim_in_flight_releases_what_it_claimed() -> None:
     fake = FakeQueue()
     ids = fake.add(n=4)
-    gate = fake.hold("cycle")
-    entered = fake.started("cycle")
+    gate = fake.hold("turn")
+    entered = fake.started("turn")
     w = worker(fake, {"k": lambda job: None})
     with anyio.fail_after(PATIENCE):
         async with anyio.create_task_group() as tg:
@@ -113,8 +113,8 @@ async def test_stop_gives_up_a_claim_that_does_not_return_whatever_the_grace_per
     monkeypatch.setattr(crew_module, "CLAIM_CUT", 0.2)
     fake = FakeQueue()
     fake.add(n=2)
-    gate = fake.hold("cycle")
-    entered = fake.started("cycle")
+    gate = fake.hold("turn")
+    entered = fake.started("turn")
     w = worker(fake, {"k": lambda job: None}, grace_period=PATIENCE * 10)
     with anyio.fail_after(PATIENCE):
         async with anyio.create_task_group() as tg:
@@ -209,7 +209,7 @@ async def test_stop_with_the_database_gone_returns_after_a_bounded_flush(
 async def test_claim_errors_are_retried_with_backoff(caplog: pytest.LogCaptureFixture) -> None:
     fake = FakeQueue()
     ids = fake.add(n=10)
-    fake.failing["cycle"] = 2
+    fake.failing["turn"] = 2
     w = worker(fake, {"k": lambda job: None}, batch_size=3)
     with anyio.fail_after(PATIENCE):
         await w.run(until_empty=True)

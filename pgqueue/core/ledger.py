@@ -251,6 +251,11 @@ class Ledger(Generic[O]):
 
     # -- questions ---------------------------------------------------------------
 
+    def held(self, jobs: Iterable[Job]) -> list[Job]:
+        """Those of ``jobs`` this ledger holds (in any phase)."""
+        entries = self._entries
+        return [job for job in jobs if job.id in entries]
+
     def phase(self, job_id: int) -> Phase | None:
         entry = self._entries.get(job_id)
         return entry.phase if entry is not None else None

@@ -147,9 +147,11 @@ class Completer:
         while the event loop was blocked, say): that run's outcome will not be
         written, and this claim is given back at once. One whose outcome is on
         its way is handed out once that is recorded (this is its next attempt)."""
-        while any(self.ledger.phase(job.id) in _WRITING for job in jobs):
+        ledger = self.ledger
+        again = ledger.held(jobs)  # almost always none: one pass over the batch
+        while any(ledger.phase(job.id) in _WRITING for job in again):
             await self.progress.wait()
-        again = [job for job in jobs if self.ledger.phase(job.id) is not None]
+            again = ledger.held(again)
         if not again:
             return jobs
         log.warning("worker %s claimed again %d jobs it was still running (their lease had "

@@ -12,7 +12,7 @@ WITH target AS (
      WHERE j.id = t.id AND t.status IN ('pending', 'dead', 'waiting')
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.last_error, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents),
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."last_error", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents"),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -44,7 +44,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -724,7 +724,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -754,7 +754,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -787,7 +787,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -1248,7 +1248,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -1278,7 +1278,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -1311,7 +1311,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -2495,7 +2495,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -2525,7 +2525,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -2558,7 +2558,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -2751,7 +2751,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -2781,7 +2781,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -2814,7 +2814,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -3397,7 +3397,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -3427,7 +3427,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -3460,7 +3460,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -3759,7 +3759,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -3789,7 +3789,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -3822,7 +3822,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -4157,7 +4157,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -4187,7 +4187,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -4220,7 +4220,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -4416,7 +4416,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -4446,7 +4446,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -4479,7 +4479,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -5071,7 +5071,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -5101,7 +5101,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -5134,7 +5134,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -5436,7 +5436,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -5466,7 +5466,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -5499,7 +5499,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -5831,7 +5831,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -5861,7 +5861,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -5894,7 +5894,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -6087,7 +6087,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -6117,7 +6117,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -6150,7 +6150,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -6733,7 +6733,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -6763,7 +6763,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -6796,7 +6796,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -7095,7 +7095,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -7125,7 +7125,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -7158,7 +7158,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -7493,7 +7493,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -7523,7 +7523,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -7556,7 +7556,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -7752,7 +7752,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -7782,7 +7782,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -7815,7 +7815,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -8407,7 +8407,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -8437,7 +8437,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -8470,7 +8470,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -8772,7 +8772,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -8802,7 +8802,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -8835,7 +8835,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -9157,7 +9157,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -9187,7 +9187,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -9220,7 +9220,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -9408,7 +9408,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -9438,7 +9438,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -9471,7 +9471,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -10039,7 +10039,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -10069,7 +10069,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -10102,7 +10102,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -10396,7 +10396,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -10426,7 +10426,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -10459,7 +10459,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -10779,7 +10779,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -10809,7 +10809,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -10842,7 +10842,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -11033,7 +11033,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -11063,7 +11063,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -11096,7 +11096,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -11673,7 +11673,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -11703,7 +11703,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -11736,7 +11736,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -12033,7 +12033,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -12063,7 +12063,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -12096,7 +12096,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -12413,7 +12413,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -12443,7 +12443,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -12476,7 +12476,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -12664,7 +12664,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -12694,7 +12694,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -12727,7 +12727,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -13295,7 +13295,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -13325,7 +13325,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -13358,7 +13358,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -13652,7 +13652,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -13682,7 +13682,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -13715,7 +13715,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -14035,7 +14035,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -14065,7 +14065,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -14098,7 +14098,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -14289,7 +14289,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -14319,7 +14319,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -14352,7 +14352,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -14929,7 +14929,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -14959,7 +14959,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -14992,7 +14992,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -15289,7 +15289,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -15319,7 +15319,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -15352,7 +15352,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -15649,7 +15649,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -15679,7 +15679,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -15712,7 +15712,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -15934,7 +15934,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -15964,7 +15964,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "pgqueue_jobs_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -15997,7 +15997,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL

@@ -12,7 +12,7 @@ WITH target AS (
      WHERE j.id = t.id AND t.status IN ('pending', 'dead', 'waiting')
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.last_error, j.dependents),
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."last_error", "j"."dependents"),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
       FROM cancelled AS d
@@ -43,7 +43,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -720,7 +720,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -749,7 +749,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -781,7 +781,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -1241,7 +1241,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -1270,7 +1270,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -1302,7 +1302,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -2481,7 +2481,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -2510,7 +2510,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -2542,7 +2542,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -2733,7 +2733,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -2762,7 +2762,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -2794,7 +2794,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -3373,7 +3373,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -3402,7 +3402,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -3434,7 +3434,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -3731,7 +3731,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -3760,7 +3760,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -3792,7 +3792,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -4123,7 +4123,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -4152,7 +4152,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -4184,7 +4184,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -4378,7 +4378,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -4407,7 +4407,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -4439,7 +4439,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -5027,7 +5027,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -5056,7 +5056,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -5088,7 +5088,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -5388,7 +5388,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -5417,7 +5417,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -5449,7 +5449,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -5777,7 +5777,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -5806,7 +5806,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -5838,7 +5838,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -6029,7 +6029,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -6058,7 +6058,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -6090,7 +6090,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -6669,7 +6669,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -6698,7 +6698,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -6730,7 +6730,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -7027,7 +7027,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -7056,7 +7056,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -7088,7 +7088,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -7419,7 +7419,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -7448,7 +7448,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -7480,7 +7480,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -7674,7 +7674,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -7703,7 +7703,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -7735,7 +7735,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -8323,7 +8323,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -8352,7 +8352,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -8384,7 +8384,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -8684,7 +8684,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -8713,7 +8713,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -8745,7 +8745,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -9063,7 +9063,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -9092,7 +9092,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -9124,7 +9124,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -9310,7 +9310,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -9339,7 +9339,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -9371,7 +9371,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -9935,7 +9935,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -9964,7 +9964,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -9996,7 +9996,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -10288,7 +10288,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -10317,7 +10317,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -10349,7 +10349,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -10665,7 +10665,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -10694,7 +10694,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -10726,7 +10726,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -10915,7 +10915,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -10944,7 +10944,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -10976,7 +10976,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -11549,7 +11549,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -11578,7 +11578,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -11610,7 +11610,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -11905,7 +11905,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -11934,7 +11934,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -11966,7 +11966,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -12279,7 +12279,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -12308,7 +12308,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -12340,7 +12340,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -12526,7 +12526,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -12555,7 +12555,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -12587,7 +12587,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -13151,7 +13151,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -13180,7 +13180,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -13212,7 +13212,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -13504,7 +13504,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -13533,7 +13533,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -13565,7 +13565,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -13881,7 +13881,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -13910,7 +13910,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -13942,7 +13942,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -14131,7 +14131,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -14160,7 +14160,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -14192,7 +14192,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -14765,7 +14765,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -14794,7 +14794,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -14826,7 +14826,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -15121,7 +15121,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -15150,7 +15150,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -15182,7 +15182,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -15477,7 +15477,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -15506,7 +15506,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -15538,7 +15538,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -15758,7 +15758,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -15787,7 +15787,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "pgqueue_jobs" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 cancelled_freed AS (
     UPDATE "pgqueue_jobs_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -15819,7 +15819,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.attempts, j.kind, j.queue, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."attempts", "j"."kind", "j"."queue", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL

@@ -12,7 +12,7 @@ WITH target AS (
      WHERE j.id = t.id AND t.status IN ('pending', 'dead', 'waiting')
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.last_error, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents),
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."last_error", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents"),
 "cancelled_kept" AS (INSERT INTO "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
     UPDATE "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_limit_slots" AS s SET job_id = NULL, attempt = NULL, taken_at = NULL
@@ -44,7 +44,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -724,7 +724,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -754,7 +754,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -787,7 +787,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -1248,7 +1248,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -1278,7 +1278,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -1311,7 +1311,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -2390,7 +2390,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -2420,7 +2420,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -2453,7 +2453,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -2750,7 +2750,7 @@ failed_rows_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM failed_rows_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM failed_rows_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL
@@ -2780,7 +2780,7 @@ cancelled AS (
        AND j.cancel_requested_at IS NOT NULL
        AND (j.dependents IS NULL
             OR j.dependents = (SELECT s.dependents FROM "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj" AS s WHERE s.id = j.id))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               COALESCE(f.error, j.last_error) AS last_error),
 "cancelled_kept" AS (INSERT INTO "sssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"."jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj_history" ("id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", outcome) SELECT "id", "kind", "payload", "attempts", "max_attempts", "last_error", "locked_by", "created_at", "queue", "priority", 'cancelled' FROM "cancelled"),
 cancelled_freed AS (
@@ -2813,7 +2813,7 @@ cancelled_swept AS (
      USING (SELECT DISTINCT ON (id) id, root, ended FROM cancelled_below ORDER BY id, root) AS b
      WHERE j.id = b.id AND j.status = 'waiting'
        AND j.id = ANY(ARRAY(SELECT id FROM cancelled_below))
-    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.locked_by, j.created_at, j.queue, j.priority, j.limit_key, j.result_ttl, j.dependents,
+    RETURNING "j"."id", "j"."kind", "j"."payload", "j"."attempts", "j"."max_attempts", "j"."locked_by", "j"."created_at", "j"."queue", "j"."priority", "j"."limit_key", "j"."result_ttl", "j"."dependents",
               format('cancelled: job %%s, which it waits for, ended %%s', b.root, b.ended)
                   AS last_error,
               CASE WHEN j.result_ttl IS NOT NULL

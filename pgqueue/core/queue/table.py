@@ -9,7 +9,7 @@ neither composes nor escapes anything, and psycopg can prepare them by text.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, fields
 from functools import cached_property
 from typing import Any, Self
@@ -44,6 +44,7 @@ class Table:
         # What a delete returns: the ids, and what the history copies.
         gone = HISTORY_COLUMNS if self.history else ("id",)
         leaving = gone + tuple(c for c in LEAVING_COLUMNS if c not in gone)
+        but_error = _of_j(c for c in leaving if c != "last_error")
         return {
             "table": n.table,
             "cols": job_columns(),
@@ -64,16 +65,14 @@ class Table:
             "unlimited_index": sql.Literal(n.index_regclass("unlimited")),
             "gone": sql.SQL(", ").join(sql.Identifier(c) for c in gone),
             "leaving": sql.SQL(", ").join(sql.Identifier(c) for c in leaving),
-            "leaving_j": sql.SQL(", ").join(sql.SQL(f"j.{c}") for c in leaving),
+            "leaving_j": _of_j(leaving),
             # The same, for a job whose worker reported why it ended
             # (failures): the reason is what history and results keep.
-            "leaving_f": sql.SQL(", ").join(sql.SQL(f"j.{c}") for c in leaving if c != "last_error")
+            "leaving_f": but_error
             + sql.SQL(",\n              COALESCE(f.error, j.last_error) AS last_error"),
             # The same, for a job cancelled with a job it waited for: the
             # statement gives the reason (`pgqueue.core.queue.depends`).
-            "leaving_but_error": sql.SQL(", ").join(
-                sql.SQL(f"j.{c}") for c in leaving if c != "last_error"
-            ),
+            "leaving_but_error": but_error,
         }
 
     def compose(self, template: str, **parts: sql.Composable) -> sql.Composable:
@@ -87,6 +86,11 @@ class Table:
     def history_copy(self, source: str, outcome: str) -> sql.Composable:
         """`history_copy` into this table's history, if it keeps one."""
         return history_copy(self.names.history if self.history else None, source, outcome)
+
+
+def _of_j(columns: Iterable[str]) -> sql.Composable:
+    """Columns of the row ``j``, as a select list."""
+    return sql.SQL(", ").join(sql.Identifier("j", c) for c in columns)
 
 
 def cte(source: str, part: str) -> sql.Composable:

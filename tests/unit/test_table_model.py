@@ -8,16 +8,20 @@ leaving steps, one render per spec.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import re
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from psycopg import sql
 
+from pgqueue.core.jobs import Job
 from pgqueue.core.queue import leaving
 from pgqueue.core.queue.claim import ClaimSpec
 from pgqueue.core.queue.leaving import Leaving
 from pgqueue.core.queue.table import Table
+from pgqueue.core.schema.columns import JOB_COLUMNS
 from pgqueue.core.schema.names import TableNames
 from pgqueue.core.schema.predicates import CLAIMABLE, INDEXES, ORPHANED
 from pgqueue.core.sql import Statements
@@ -142,3 +146,16 @@ def test_the_worker_reaches_the_queue_through_its_protocol_only() -> None:
         if path.name == "calls.py":
             continue
         assert not re.search(r"(?<!\w)queue\.core\b", path.read_text()), path.name
+
+
+def test_the_job_columns_are_read_in_the_order_of_the_fields_of_a_job() -> None:
+    # `Job.from_row` (and `Job.from_json` through it) builds a job positionally.
+    assert [f.name for f in dataclasses.fields(Job)] == list(JOB_COLUMNS)
+    row = Job.from_json(
+        [7, "k", {"a": 1}, 1, 3, "running", "2026-12-04T10:00:00+00:00", None, "w",
+         "2026-12-04T10:00:01+00:00", "2026-12-04T09:00:00+00:00", "q", 5, None, 2.5, "key",
+         False, None, {"3": None}]
+    )  # fmt: skip
+    assert (row.id, row.queue, row.priority, row.limit_key) == (7, "q", 5, "key")
+    assert row.locked_at == datetime(2026, 12, 4, 10, 0, 1, tzinfo=UTC)
+    assert (row.result_ttl, row.parents) == (timedelta(seconds=2.5), {3: None})

@@ -9,12 +9,14 @@ something happens at all, never how fast.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections import Counter
@@ -400,6 +402,36 @@ def test_a_handler_still_running_at_exit_is_named_and_left_behind(
     assert "1 threads still busy at exit" in app.output()
     assert "(a handler still running)" in app.output() and "cli_app.py" in app.output()
     assert raw.count("status = 'pending' AND attempts = 1") == 1
+
+
+def test_a_handler_waiting_on_a_query_of_its_own_is_named_as_a_handler(dsn: str) -> None:
+    # What the command says of a thread it leaves at exit comes from the
+    # thread's stack; a handler blocked inside psycopg (its own query) is
+    # still the application's code, not a database call the worker gave up on.
+    import psycopg
+
+    from pgqueue.cli.worker import busy_with
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        backend_pid = conn.info.backend_pid
+
+        def handler() -> None:
+            with contextlib.suppress(psycopg.Error):
+                conn.execute("SELECT pg_sleep(60)")
+
+        thread = threading.Thread(target=handler)
+        thread.start()
+        with psycopg.connect(dsn, autocommit=True) as watcher:
+            query = "SELECT wait_event FROM pg_stat_activity WHERE pid = %s"
+            deadline = time.monotonic() + PATIENCE
+            while watcher.execute(query, (backend_pid,)).fetchone() != ("PgSleep",):
+                assert time.monotonic() < deadline, "the query never started"
+                time.sleep(0.01)
+            said = busy_with(thread)
+            watcher.execute("SELECT pg_cancel_backend(%s)", (backend_pid,))
+        thread.join()
+    assert said.startswith("handler at ") and __file__ in said, said
+    assert said.endswith("(a handler still running)"), said
 
 
 def test_sigkilled_workers_jobs_are_reclaimed_after_the_lease_and_run_by_another(

@@ -238,19 +238,22 @@ def leave_stuck_calls_behind(status: int = 0, wait: float = 1.0) -> None:
 
 
 def busy_with(thread: threading.Thread) -> str:
-    """What a thread left at exit is doing, from its stack: a database call
-    the worker gave up on, or code of the application's (a handler abandoned
-    after the grace period), named by where it is."""
+    """What a thread left at exit is doing, from its stack: code of the
+    application's (a handler abandoned after the grace period, even one
+    waiting on a query of its own), named by where it is, or else a database
+    call the worker gave up on."""
     frame = sys._current_frames().get(thread.ident or -1)
     stack = traceback.extract_stack(frame) if frame is not None else []
-    if any(f"{os.sep}psycopg" in f.filename for f in stack):
-        return "a database call given up on, waiting on the network"
     library = (os.path.dirname(os.__file__), os.path.dirname(os.path.dirname(__file__)))
     own = [
         f for f in stack if not f.filename.startswith(library) and "site-packages" not in f.filename
     ]
+    # The application's code first: a handler waiting on a database call of
+    # its own is still a handler.
     if own:
         return f"{own[-1].name} at {own[-1].filename}:{own[-1].lineno} (a handler still running)"
+    if any(f"{os.sep}psycopg" in f.filename for f in stack):
+        return "a database call given up on, waiting on the network"
     return f"thread {thread.name}"
 
 

@@ -1,10 +1,9 @@
 """`Chunk`: plain-function jobs that one worker thread runs one after another.
 
 A thread hop costs more than a trivial handler; a few jobs share one. A
-runner with nothing else to do takes the later half of the runs a chunk
-has not begun (`split`) once they have waited behind one run long enough
-to be worth a hop, so that no job waits behind a slow handler while a
-runner is idle.
+runner with nothing else to do takes its share of the runs a chunk has
+not begun (`split`) once they have waited behind one run long enough, so
+that no job waits behind a slow handler while a runner is idle.
 """
 
 from __future__ import annotations
@@ -29,8 +28,8 @@ class Chunk:
     ``_lock``: the thread begins runs (`start_next`) and ends them
     (`ran_one`: an append, atomic without the lock); the loop takes the
     runs ended so far (`take_ran`: a slice, up to the length it read), and may
-    `withdraw` a run not begun yet (its job was cancelled), `split` off the
-    later half of those not begun, or `cut` the rest.
+    `withdraw` a run not begun yet (its job was cancelled), `split` off a
+    share of those not begun, or `cut` the rest.
     """
 
     def __init__(self, runs: list[JobContext]) -> None:
@@ -83,14 +82,14 @@ class Chunk:
         with self._lock:
             return 0 if self._cut else len(self.runs) - self._next, self.since
 
-    def split(self) -> list[JobContext]:
-        """(On the event loop.) Take away the later half (rounded up) of the
-        runs not begun yet, for another thread: this one never begins them.
-        Withdrawn runs are dropped (their outcome is decided already)."""
+    def split(self, ways: int = 2) -> list[JobContext]:
+        """(On the event loop.) Take away the later ``1 / ways`` (rounded up)
+        of the runs not begun yet, for another thread: this one never begins
+        them. Withdrawn runs are dropped (their outcome is decided already)."""
         with self._lock:
             if self._cut:
                 return []
-            keep = self._next + (len(self.runs) - self._next) // 2
+            keep = len(self.runs) - -(-(len(self.runs) - self._next) // ways)
             taken = self.runs[keep:]
             del self.runs[keep:]
             withdrawn = self._withdrawn

@@ -85,6 +85,7 @@ class Runners:
     _limiter: anyio.CapacityLimiter = field(init=False)
     _threads: Threads = field(init=False)  # the chunks of plain jobs
     _scope: anyio.CancelScope | None = field(default=None, init=False)
+    _idle: int = field(default=0, init=False)  # runners waiting for work (or a chunk's tail)
     # Every job begun alone here whose outcome has not gone to the completer
     # yet: written by the runners, read by `cancel` (both on the event loop).
     _runs: dict[int, _Run] = field(default_factory=dict, init=False)
@@ -172,14 +173,19 @@ class Runners:
             if job is None:
                 self.demand.set()  # a runner is free: the fetcher may claim for it
                 # Nothing claimed waits: the tail of a chunk may, now or soon.
-                chunk, retry_in = threads.steal()
+                chunk, retry_in = threads.steal(self._idle + 1)
                 if chunk is not None:
                     await threads.run(chunk)
-                elif retry_in is None:
-                    await self._work.wait()
-                else:
-                    with anyio.move_on_after(retry_in):
+                    continue
+                self._idle += 1
+                try:
+                    if retry_in is None:
                         await self._work.wait()
+                    else:
+                        with anyio.move_on_after(retry_in):
+                            await self._work.wait()
+                finally:
+                    self._idle -= 1
                 continue
             # No checkpoint from here to _run_one: a job is always either
             # claimed (to release) or running (to record).

@@ -5,8 +5,8 @@ jobs takes its fair share of those waiting (`Chunk`) and runs them one after
 another in one thread, until one of them is slow enough to be worth a hop
 of its own (`WORTH_A_HOP`; a kind that was slow last time begins a hop of
 its own from then on), so that a quick job's outcome never waits for a
-slow one's. A runner with nothing else to do takes the later half of what
-a chunk has not begun once it has waited that long behind one run
+slow one's. Runners with nothing else to do share out what a chunk has
+not begun once it has waited a millisecond behind one run
 (`Threads.steal`): a few blocking jobs claimed together spread over as
 many threads, and a slow handler never holds back the jobs queued behind
 it. Trivial jobs share hops; no job waits for a handler much longer than
@@ -48,6 +48,13 @@ log = logging.getLogger("pgqueue.worker")
 # Well above what a trivial handler takes when its thread is preempted on
 # a busy machine (a millisecond did: trivial chunks were cut into hops).
 WORTH_A_HOP = 0.005
+
+# A run this long (seconds) lets idle runners take the runs its chunk has
+# not begun (`Threads.steal`). Lower than `WORTH_A_HOP`: a steal costs one
+# hop for the runs taken, where a job waiting behind a slow one can wait a
+# whole run (a kind known quick whose next jobs block: a burst of them, all
+# in one chunk, began 5-10 ms late at this threshold's old value).
+STEAL_AFTER = 0.001
 
 
 def call_plain(handler: Callable[..., Any], context: JobContext, table: str) -> Ran:
@@ -137,23 +144,25 @@ class Threads:
                 break
         return self._chunk(runs)
 
-    def steal(self) -> tuple[Chunk | None, float | None]:
-        """The later half of what a chunk has not begun, as a chunk of its own,
-        from the chunk with most such runs among those whose thread has been
-        on its current run for `WORTH_A_HOP` (a trivial run ends sooner than
-        a hop would begin); else None, and in how many seconds another
-        chunk's tail will be worth taking (None if none has a tail)."""
+    def steal(self, idle: int = 1) -> tuple[Chunk | None, float | None]:
+        """A share of what a chunk has not begun, as a chunk of its own, from
+        the chunk with most such runs among those whose thread has been on
+        its current run for `STEAL_AFTER`: one part in ``idle + 1``, for the
+        ``idle`` runners with nothing to do (this one among them) and the
+        chunk's own thread, so that runners woken together each take a part
+        at once. Else None, and in how many seconds another chunk's tail
+        will be worth taking (None if none has a tail)."""
         now, victim, most, soonest = perf_counter(), None, 0, None
         for chunk in self._chunks:
             left, since = chunk.waiting()
             if not left:
                 continue
-            wait = since + WORTH_A_HOP - now
+            wait = since + STEAL_AFTER - now
             if wait > 0:
                 soonest = wait if soonest is None else min(soonest, wait)
             elif left > most:
                 victim, most = chunk, left
-        runs = victim.split() if victim is not None else []
+        runs = victim.split(idle + 1) if victim is not None else []
         return (self._chunk(runs), None) if runs else (None, soonest)
 
     def _chunk(self, runs: list[JobContext]) -> Chunk:

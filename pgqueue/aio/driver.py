@@ -28,7 +28,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolClosed
 from ..connection import blocking, settings
 from ..core.jobs import wrong_connection
 from ..core.ops import Copy, Operation, Rows, Step, needs_transaction
-from ..core.pooling import check_pool_kwargs, pool_kwargs
+from ..core.pooling import GENERIC_PLANS, check_pool_kwargs, configures, pool_kwargs
 
 __all__ = ["CallerConnection", "Driver", "PoolTarget", "make_driver"]
 
@@ -216,6 +216,9 @@ class Driver:
                 min_size=1,
                 max_size=self._max_size,
                 kwargs=kwargs,
+                configure=generic_plans
+                if configures(transaction_pooling=self._transaction_pooling)
+                else None,
                 open=False,
                 name="pgqueue",
                 reconnect_timeout=settings.RECONNECT_TIMEOUT,
@@ -255,6 +258,11 @@ class Driver:
             impl, self._chosen, self._impl = self._chosen, None, None
         if impl is not None:
             await impl.close()
+
+
+async def generic_plans(conn: psycopg.AsyncConnection[Any]) -> None:
+    """(A queue's own pool, on each new connection.) See `GENERIC_PLANS`."""
+    await conn.execute(GENERIC_PLANS)
 
 
 async def reconnect_now(pool: AsyncConnectionPool) -> None:

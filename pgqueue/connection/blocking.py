@@ -19,7 +19,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolClosed
 
 from ..core.jobs import wrong_connection
 from ..core.ops import Copy, Operation, Rows, Step, drive, needs_transaction
-from ..core.pooling import check_pool_kwargs, pool_kwargs
+from ..core.pooling import GENERIC_PLANS, check_pool_kwargs, configures, pool_kwargs
 from .settings import RECONNECT_TIMEOUT, connection_kwargs, pool_conninfo, resolve_settings
 
 __all__ = [
@@ -70,6 +70,11 @@ def reconnect_now(pool: ConnectionPool) -> None:
             pool.check()
 
 
+def generic_plans(conn: psycopg.Connection[Any]) -> None:
+    """(A queue's own pool, on each new connection.) See `GENERIC_PLANS`."""
+    conn.execute(GENERIC_PLANS)
+
+
 def make_pool(conninfo: str, *, max_size: int, transaction_pooling: bool = False) -> ConnectionPool:
     """The pool a queue opens for itself from a DSN."""
     return ConnectionPool(
@@ -79,6 +84,7 @@ def make_pool(conninfo: str, *, max_size: int, transaction_pooling: bool = False
         # One statement is one transaction: a claim or a batch completion
         # costs one round trip. Multi-step plans open their own transaction.
         kwargs=pool_kwargs(connection_kwargs(conninfo), transaction_pooling=transaction_pooling),
+        configure=generic_plans if configures(transaction_pooling=transaction_pooling) else None,
         open=False,
         name="pgqueue",
         reconnect_timeout=RECONNECT_TIMEOUT,

@@ -26,8 +26,10 @@ from typing import Any, Final
 
 __all__ = [
     "DIRECT_KWARGS",
+    "GENERIC_PLANS",
     "POOLER_KWARGS",
     "check_pool_kwargs",
+    "configures",
     "pool_kwargs",
     "validate_transaction_pooling",
     "wait_listens",
@@ -47,11 +49,32 @@ def validate_transaction_pooling(value: object) -> bool:
 
 DIRECT_KWARGS: Final[Mapping[str, Any]] = {"prepare_threshold": 0}
 """Connection keyword arguments for a queue's own connection to the server:
-every statement prepared when it first runs. A worker runs a few statements
-over and over, and the server plans each anew until it has run prepared
-five times (custom plans) on that connection; psycopg's default threshold
-adds five unprepared runs before that. A worker's turn planned costs 3-5 ms
-against about 1 once its plan is kept (measured on a limited turn)."""
+every statement prepared when it first runs (psycopg's default threshold
+runs each five times unprepared first), planned once with `GENERIC_PLANS`."""
+
+GENERIC_PLANS: Final = (
+    "SELECT set_config('plan_cache_mode', 'force_generic_plan', false)"
+    " WHERE current_setting('plan_cache_mode', true) = 'auto'"
+)
+"""Run once on each new connection of a queue's own pool, unless through a
+transaction pooler (`configures`): its prepared statements keep the plan
+made at their first run, unless the DSN chose a ``plan_cache_mode``.
+
+By default the server plans a prepared statement anew at every run (a
+custom plan for the values given) until its generic plan looks no dearer,
+which for a statement with ``LIMIT $n`` it never does: the generic plan is
+costed as if the limit kept a tenth of the rows. A worker's turn was then
+planned at every run: about 1 ms of the server's time in its bind message,
+against 0.05-0.15 ms with the generic plan, whose execution took the same
+0.2-0.5 ms (the partial indexes' order and the claim's small ``LIMIT``
+leave one sensible plan; ``docs/performance.md#generic-plans``)."""
+
+
+def configures(*, transaction_pooling: bool) -> bool:
+    """Whether a queue's own pool runs `GENERIC_PLANS` on each new connection:
+    not through a transaction pooler, which prepares nothing (and would leave
+    the setting on a server session another client gets next)."""
+    return not transaction_pooling
 
 
 def pool_kwargs(kwargs: Mapping[str, Any], *, transaction_pooling: bool) -> dict[str, Any]:

@@ -28,6 +28,7 @@ what the claim's cost does grow with: docs/queues.md shows them.
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -124,6 +125,9 @@ WITHOUT_KINDS_INDEX = Shape(
     claim={"kinds": ["target"]},
 )
 STATEMENTS = ("claim", "turn")
+# A plan made for the statement's values, as an unprepared statement gets;
+# the generic plan, as a queue's own connections keep (`GENERIC_PLANS`).
+PLANS = ("custom", "generic")
 
 
 @dataclass
@@ -137,8 +141,9 @@ class Built:
 class Tables:
     """The shapes' tables, each built on first use and dropped with the module."""
 
-    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+    def __init__(self, conn: psycopg.Connection[Any], dsn: str) -> None:
         self.conn = conn
+        self.dsn = dsn
         self.built: dict[str, Built] = {}
 
     def __getitem__(self, shape: Shape) -> Built:
@@ -188,7 +193,7 @@ def kinds_index(table: str) -> sql.Composed:
 @pytest.fixture(scope="module")
 def tables(dsn: str) -> Iterator[Tables]:
     with psycopg.connect(dsn, autocommit=True) as conn:
-        built = Tables(conn)
+        built = Tables(conn, dsn)
         try:
             yield built
         finally:
@@ -201,15 +206,53 @@ def operation(core: QueueCore, statement: str, claim: dict[str, Any]) -> Any:
     return core.turns.turn([], [], WorkerClaim.of("plans", **claim), BATCH)
 
 
-def buffers(conn: psycopg.Connection[Any], core: QueueCore, statement: str, shape: Shape) -> int:
-    """The shared buffers (hit or read) that one claim touches, rolled back."""
+def buffers(tables: Tables, core: QueueCore, statement: str, shape: Shape, plan: str) -> int:
+    """The shared buffers (hit or read) that one claim touches, rolled back,
+    with a ``plan`` made for its values ("custom"), or the "generic" one a
+    queue's own connections keep (`pgqueue.core.pooling.GENERIC_PLANS`),
+    shown by auto_explain as the prepared statement runs."""
     step = next(operation(core, statement, shape.claim).plan)
     assert isinstance(step, Query)
-    with conn.transaction(force_rollback=True):
-        cur = conn.execute(b"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + step.query, step.params)
-        ((doc,),) = cur.fetchall()
-    root = doc[0]["Plan"]
+    if plan == "custom":
+        conn = tables.conn
+        with conn.transaction(force_rollback=True):
+            cur = conn.execute(
+                b"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + step.query, step.params
+            )
+            ((doc,),) = cur.fetchall()
+        root = doc[0]["Plan"]
+    else:
+        root = generic_root(tables.dsn, step)
     return int(root["Shared Hit Blocks"] + root["Shared Read Blocks"])
+
+
+# auto_explain, on the connection that runs the statement prepared: the plan
+# the server uses for it, with its buffers, as a notice to the client.
+GENERIC_EXPLAINED = (
+    "LOAD 'auto_explain'",
+    "SET auto_explain.log_min_duration = 0",
+    "SET auto_explain.log_analyze = on",
+    "SET auto_explain.log_buffers = on",
+    "SET auto_explain.log_format = json",
+    "SET auto_explain.log_level = notice",
+    "SET plan_cache_mode = force_generic_plan",
+)
+
+
+def generic_root(dsn: str, step: Query) -> Any:
+    """The root node of the generic plan of ``step``, run prepared (rolled back)."""
+    explained: list[str] = []
+    with psycopg.connect(dsn, autocommit=True) as conn:  # prepares what it is told to
+        for setting in GENERIC_EXPLAINED:
+            conn.execute(setting)
+        conn.add_notice_handler(lambda diag: explained.append(diag.message_primary or ""))
+        with conn.transaction(force_rollback=True):
+            conn.execute(step.query, step.params, prepare=True)
+            plans = conn.execute("SELECT generic_plans, custom_plans FROM pg_prepared_statements")
+            assert plans.fetchall() == [(1, 0)]
+    # The statement's plan first; then that of the look at pg_prepared_statements.
+    docs = [json.loads(text.split("plan:", 1)[1]) for text in explained if "plan:" in text]
+    return docs[0]["Plan"]
 
 
 def claimed_ids(
@@ -222,17 +265,18 @@ def claimed_ids(
     return [job.id for job in jobs]
 
 
+@pytest.mark.parametrize("plan", PLANS)
 @pytest.mark.parametrize("statement", STATEMENTS)
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: s.name.replace(" ", "-"))
 def test_the_claim_reads_o_batch_buffers_whatever_lies_ahead(
-    tables: Tables, shape: Shape, statement: str
+    tables: Tables, shape: Shape, statement: str, plan: str
 ) -> None:
     built = tables[shape]
     assert claimed_ids(tables.conn, built.core, statement, shape) == built.targets[:BATCH]
 
     base = tables[BASELINE]
-    baseline = buffers(tables.conn, base.core, statement, BASELINE)
-    read = buffers(tables.conn, built.core, statement, shape)
+    baseline = buffers(tables, base.core, statement, BASELINE, plan)
+    read = buffers(tables, built.core, statement, shape, plan)
     assert read < MAX_BUFFERS, (read, baseline)
     assert read < MAX_RATIO * baseline, (read, baseline)
 
@@ -250,8 +294,8 @@ def test_a_kinds_claim_without_the_kinds_index_reads_past_the_other_kinds(
         == (slow.targets[:BATCH])
     )
     [indexed] = [s for s in SHAPES if s.kinds_index]
-    fast = buffers(tables.conn, tables[indexed].core, statement, indexed)
-    read = buffers(tables.conn, slow.core, statement, WITHOUT_KINDS_INDEX)
+    fast = buffers(tables, tables[indexed].core, statement, indexed, "custom")
+    read = buffers(tables, slow.core, statement, WITHOUT_KINDS_INDEX, "custom")
     assert read > 10 * fast, (read, fast)
 
 
@@ -305,7 +349,7 @@ def main() -> None:
         dsn_or_embedded(os.environ.get("PGQUEUE_DSN")) as dsn,
         psycopg.connect(dsn, autocommit=True) as conn,
     ):
-        tables = Tables(conn)
+        tables = Tables(conn, dsn)
         try:
             version = conn.execute("SHOW server_version").fetchone()
             print(
@@ -317,7 +361,7 @@ def main() -> None:
                 counts = []
                 for statement in STATEMENTS:  # as the tests measure: after one rolled back
                     claimed_ids(conn, core, statement, shape)
-                    counts.append(buffers(conn, core, statement, shape))
+                    counts.append(buffers(tables, core, statement, shape, "custom"))
                 ms = claim_ms(conn, core, shape)
                 print(f"{shape.name:<52}" + "".join(f"{n:>7}" for n in counts) + f"{ms:>7.1f}")
                 tables.drop()  # one big table at a time

@@ -62,11 +62,12 @@ made at their first run, unless the DSN chose a ``plan_cache_mode``.
 
 By default the server plans a prepared statement for the values of each
 run (a custom plan) for five runs, and then keeps doing so for as long as
-its cost estimates favour the custom plans over the generic one. A
-worker's turn was planned at nearly every run that way (seen in the
-server's log): about 1 ms of the server's time in each bind message,
-against 0.05-0.15 ms with the generic plan, whose execution took the same
-0.2-0.5 ms. The partial indexes' order and the claim's small literal
+its cost estimates favour the custom plans over the generic one. The turns
+of a worker that claims a few jobs at a time were planned at every run
+that way (seen in the server's log; a draining worker's went generic by
+themselves): about 1 ms of the server's time in each bind message, against
+0.05-0.15 ms with the generic plan, whose execution took the same 0.2-0.5
+ms. The partial indexes' order and the claim's small literal
 ``LIMIT`` leave one sensible plan, and the claim-plan tests check that the
 generic one reads O(batch) (``docs/performance.md#generic-plans``)."""
 

@@ -44,6 +44,30 @@ def test_split_takes_the_later_half_of_the_runs_not_begun_and_the_chunk_never_be
     assert chunk.split() == []  # nothing left to take
 
 
+def test_runners_woken_together_each_take_a_part_of_a_chunks_tail_at_once() -> None:
+    from pgqueue.aio.worker.threads import STEAL_AFTER, Threads
+    from pgqueue.core.ledger import Ledger
+    from pgqueue.core.worker import Handlers, WorkerSettings
+
+    handlers = Handlers()
+    handlers.register("k")(lambda job: None)
+    ledger: Ledger[Any] = Ledger()
+    ledger.claim([context.job for context in contexts(4)])
+    settings = WorkerSettings(concurrency=4, batch_size=100)
+    threads = Threads(settings, handlers, ledger, None, anyio.CapacityLimiter(4), "t")  # type: ignore[arg-type]
+    threads._ran.add("k")  # known quick: the four in one chunk
+    chunk = threads.take()
+    assert len(chunk.runs) == 4
+    assert chunk.start_next() is chunk.runs[0]  # its thread is on the first, which blocks
+    stolen, retry_in = threads.steal(3)  # not yet: in at most STEAL_AFTER
+    assert stolen is None and retry_in is not None and 0 < retry_in <= STEAL_AFTER
+    chunk.since -= STEAL_AFTER  # it has run that long
+    # Three idle runners, woken together: one run each, none left behind the first.
+    parts = [threads.steal(idle) for idle in (3, 2, 1)]
+    assert [len(part.runs) for part, _ in parts if part is not None] == [1, 1, 1]
+    assert chunk.unbegun() == 0
+
+
 def test_split_of_a_cut_chunk_takes_nothing() -> None:
     runs = contexts(3)
     chunk = Chunk(list(runs))

@@ -59,9 +59,12 @@ def test_runners_woken_together_each_take_a_part_of_a_chunks_tail_at_once() -> N
     chunk = threads.take()
     assert len(chunk.runs) == 4
     assert chunk.start_next() is chunk.runs[0]  # its thread is on the first, which blocks
-    stolen, retry_in = threads.steal(3)  # not yet: in at most STEAL_AFTER
-    assert stolen is None and retry_in is not None and 0 < retry_in <= STEAL_AFTER
-    chunk.since -= STEAL_AFTER  # it has run that long
+    # Its run just begun (set ahead, so that no pause of this test's makes it older):
+    # nothing to take yet, and a look again when it has run STEAL_AFTER.
+    chunk.since = time.perf_counter() + 60
+    stolen, retry_in = threads.steal(3)
+    assert stolen is None and retry_in is not None and retry_in > 60
+    chunk.since = time.perf_counter() - STEAL_AFTER  # it has run that long
     # Three idle runners, woken together: one run each, none left behind the first.
     parts = [threads.steal(idle) for idle in (3, 2, 1)]
     assert [len(part.runs) for part, _ in parts if part is not None] == [1, 1, 1]

@@ -30,7 +30,10 @@ def load(name: str) -> ModuleType:
 
 
 @pytest.fixture
-def tokens(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def tokens(monkeypatch: pytest.MonkeyPatch, dsn: str) -> Iterator[None]:
+    # The examples read PGQUEUE_DSN at import, and without it start the local
+    # server `pgqueue embedded start` keeps, which would outlive the suite.
+    monkeypatch.setenv("PGQUEUE_DSN", dsn)
     monkeypatch.setenv("DASHBOARD_TOKEN", "admin-token")
     monkeypatch.setenv("DASHBOARD_READ_TOKEN", "read-token")
     monkeypatch.setenv("DASHBOARD_USER", "ops")

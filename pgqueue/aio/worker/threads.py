@@ -144,7 +144,7 @@ class Threads:
                 break
         return self._chunk(runs)
 
-    def steal(self, idle: int = 1) -> tuple[Chunk | None, float | None]:
+    def steal(self, idle: int) -> tuple[Chunk | None, float | None]:
         """A share of what a chunk has not begun, as a chunk of its own, from
         the chunk with most such runs among those whose thread has been on
         its current run for `STEAL_AFTER`: one part in ``idle + 1``, for the

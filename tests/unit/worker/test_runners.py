@@ -15,8 +15,10 @@ import pytest
 import pgqueue
 from pgqueue import JobStatus
 from pgqueue.aio.worker.chunk import Chunk
-from pgqueue.aio.worker.threads import WORTH_A_HOP
+from pgqueue.aio.worker.threads import STEAL_AFTER, WORTH_A_HOP, Threads
 from pgqueue.core.context import JobContext
+from pgqueue.core.ledger import Ledger
+from pgqueue.core.worker import Handlers, WorkerSettings
 
 from .fake import FakeQueue
 from .test_components import PATIENCE, worker
@@ -32,6 +34,19 @@ def contexts(n: int) -> list[JobContext]:
     ]
 
 
+def plain_threads(*, jobs: int, concurrency: int) -> tuple[Threads, Ledger[Any]]:
+    """`Threads` over a ledger that holds ``jobs`` claimed jobs of one plain
+    kind, "k" (no completer: these tests only take and steal)."""
+    handlers = Handlers()
+    handlers.register("k")(lambda job: None)
+    ledger: Ledger[Any] = Ledger()
+    ledger.claim([context.job for context in contexts(jobs)])
+    settings = WorkerSettings(concurrency=concurrency, batch_size=100)
+    limiter = anyio.CapacityLimiter(concurrency)
+    threads = Threads(settings, handlers, ledger, None, limiter, "t")  # type: ignore[arg-type]
+    return threads, ledger
+
+
 def test_split_takes_the_later_half_of_the_runs_not_begun_and_the_chunk_never_begins_them() -> None:
     runs = contexts(6)
     chunk = Chunk(list(runs))
@@ -45,16 +60,7 @@ def test_split_takes_the_later_half_of_the_runs_not_begun_and_the_chunk_never_be
 
 
 def test_runners_woken_together_each_take_a_part_of_a_chunks_tail_at_once() -> None:
-    from pgqueue.aio.worker.threads import STEAL_AFTER, Threads
-    from pgqueue.core.ledger import Ledger
-    from pgqueue.core.worker import Handlers, WorkerSettings
-
-    handlers = Handlers()
-    handlers.register("k")(lambda job: None)
-    ledger: Ledger[Any] = Ledger()
-    ledger.claim([context.job for context in contexts(4)])
-    settings = WorkerSettings(concurrency=4, batch_size=100)
-    threads = Threads(settings, handlers, ledger, None, anyio.CapacityLimiter(4), "t")  # type: ignore[arg-type]
+    threads, _ = plain_threads(jobs=4, concurrency=4)
     threads._ran.add("k")  # known quick: the four in one chunk
     chunk = threads.take()
     assert len(chunk.runs) == 4
@@ -170,17 +176,7 @@ async def test_a_quick_jobs_outcome_is_written_while_a_slow_one_of_its_chunk_run
 
 
 def test_jobs_of_a_kind_known_quick_share_one_hop_however_few_they_are() -> None:
-    from pgqueue.aio.worker.threads import Threads
-    from pgqueue.core.ledger import Ledger
-    from pgqueue.core.worker import Handlers, WorkerSettings
-
-    handlers = Handlers()
-    handlers.register("k")(lambda job: None)
-    ledger: Ledger[Any] = Ledger()
-    ledger.claim([context.job for context in contexts(10)])
-    settings = WorkerSettings(concurrency=16, batch_size=100)
-    limiter = anyio.CapacityLimiter(16)
-    threads = Threads(settings, handlers, ledger, None, limiter, "t")  # type: ignore[arg-type]
+    threads, ledger = plain_threads(jobs=10, concurrency=16)
     # Fewer jobs than runners, of a kind never run: one each, in case they block.
     assert len(threads.take().runs) == 1
     # Known quick (it ran, and not slowly): the rest in one hop.
